@@ -1,0 +1,151 @@
+"""Pieces shared by the kernels: the error type, attribute checks, rounding, window geometry.
+
+Plain numpy only. Every check raises :class:`KernelError` with the message shape the spec asks
+for: ``"<Op> '<node>': <field> <value> <rule>"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+UINT32_MAX = 4294967295
+
+
+class KernelError(ValueError):
+    """Invalid input or attribute of one node.
+
+    ``str(error)`` reads ``"RoiPooling 'pool1': rois[3] batch index 7 is outside [0, 2)"``;
+    the parts are kept as attributes for programs.
+    """
+
+    def __init__(self, op: str, node: str, field: str, value: object, rule: str):
+        self.op, self.node, self.field, self.value, self.rule = op, node, field, value, rule
+        super().__init__(f"{op} '{node}': {field} {_show(value)} {rule}")
+
+    def __reduce__(self):  # keep the five-argument constructor picklable
+        return (type(self), (self.op, self.node, self.field, self.value, self.rule))
+
+
+def _show(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if isinstance(value, tuple):
+        value = list(value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a float kernel computes in: float16 is computed in float32."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def round_half_away(values: np.ndarray) -> np.ndarray:
+    """Round .5 away from zero (C ``round``), exactly, in the input's float type."""
+    magnitude = np.abs(values)
+    whole = np.floor(magnitude)
+    whole = whole + (magnitude - whole >= 0.5)  # the difference is exact in floating point
+    return np.copysign(whole, values)
+
+
+def check_ints(op: str, node: str, name: str, values: Sequence[int], *, minimum: int,
+               length: int | None = None) -> tuple[int, ...]:
+    """Check a list attribute: optional exact length, every value >= minimum."""
+    values = tuple(int(v) for v in values)
+    if length is not None and len(values) != length:
+        raise KernelError(op, node, name, list(values), f"must have {length} values, not {len(values)}")
+    for i, v in enumerate(values):
+        if v < minimum:
+            raise KernelError(op, node, f"{name}[{i}]", v, f"is below {minimum}")
+    return values
+
+
+def check_int(op: str, node: str, name: str, value: int, *, minimum: int,
+              maximum: int | None = None) -> int:
+    value = int(value)
+    if value < minimum:
+        raise KernelError(op, node, name, value, f"is below {minimum}")
+    if maximum is not None and value > maximum:
+        raise KernelError(op, node, name, value, f"is above {maximum}")
+    return value
+
+
+def check_finite(op: str, node: str, name: str, value: float) -> float:
+    value = float(value)
+    if not np.isfinite(value):
+        raise KernelError(op, node, name, value, "is not finite")
+    return value
+
+
+def check_choice(op: str, node: str, name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise KernelError(op, node, name, value, f"is not one of {', '.join(map(repr, choices))}")
+    return value
+
+
+def check_window_attributes(op: str, node: str, *, window: tuple[str, Sequence[int]],
+                            strides: Sequence[int] | None, dilations: Sequence[int] | None,
+                            start_padding: Sequence[int] | None, end_padding: Sequence[int] | None,
+                            spatial_dims: Sequence[int] = (1, 2, 3, 4, 5, 6)) -> int:
+    """Check the sliding-window attributes of LpPooling, Unfold and Fold; return k.
+
+    ``window`` is ``(attribute name, values)``. The other lists may be empty (their default)
+    or have one value per spatial axis.
+    """
+    window_name, window_values = window
+    k = len(window_values)
+    if k not in spatial_dims:
+        raise KernelError(op, node, window_name, list(window_values),
+                          f"must have {_count_phrase(spatial_dims)} values, not {k}")
+    check_ints(op, node, window_name, window_values, minimum=1)
+    for name, values, minimum in (("strides", strides, 1), ("dilations", dilations, 1),
+                                  ("start_padding", start_padding, 0),
+                                  ("end_padding", end_padding, 0)):
+        if values:
+            check_ints(op, node, name, values, minimum=minimum, length=k)
+    return k
+
+
+def _count_phrase(counts: Sequence[int]) -> str:
+    counts = sorted(counts)
+    if counts == list(range(counts[0], counts[-1] + 1)) and len(counts) > 1:
+        return f"{counts[0]} to {counts[-1]}"
+    return " or ".join(map(str, counts))
+
+
+def filled(values: Sequence[int] | None, k: int, default: int) -> tuple[int, ...]:
+    """A list attribute with its spec default (``k`` copies of ``default``) when empty."""
+    return tuple(int(v) for v in values) if values else (default,) * k
+
+
+def sliding_block_counts(op: str, node: str, spatial_shape: Sequence[int], window: Sequence[int],
+                         strides: Sequence[int], dilations: Sequence[int],
+                         start_padding: Sequence[int], end_padding: Sequence[int],
+                         *, what: str = "output size") -> tuple[int, ...]:
+    """``(D + start + end - dilation * (window - 1) - 1) // stride + 1`` per axis, each >= 1."""
+    counts = []
+    for axis, (d, w, s, dil, a, b) in enumerate(
+            zip(spatial_shape, window, strides, dilations, start_padding, end_padding)):
+        span = d + a + b - dil * (w - 1) - 1
+        count = span // s + 1 if span >= 0 else 0
+        if count < 1:
+            raise KernelError(op, node, f"{what} along spatial axis {axis}", count,
+                              f"is below 1 (size {d}, padding {a}+{b}, window {w}, "
+                              f"dilation {dil}, stride {s})")
+        counts.append(count)
+    return tuple(counts)
+
+
+def check_rank(op: str, node: str, name: str, array: np.ndarray, ranks: Sequence[int]) -> None:
+    if array.ndim not in ranks:
+        raise KernelError(op, node, f"{name} rank", array.ndim,
+                          f"is not {_count_phrase(ranks)} (shape {list(array.shape)})")
+
+
+def check_float_input(op: str, node: str, name: str, array: np.ndarray) -> None:
+    if array.dtype not in (np.float16, np.float32, np.float64):
+        raise KernelError(op, node, f"{name} element type", array.dtype.name,
+                          "is not float16, float32 or float64")

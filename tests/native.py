@@ -1,0 +1,41 @@
+"""Run one standard ONNX node on onnxruntime's own CPU kernels: the native oracles of the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+IR_VERSION = 10
+
+
+def run_native(op_type: str, inputs: list[np.ndarray], *, opset: int, n_outputs: int = 1,
+               constant_inputs: tuple[int, ...] = (), output_dtype: np.dtype | None = None,
+               **attributes) -> list[np.ndarray]:
+    """Build ``op_type(inputs) -> outputs`` at ``opset`` and run it on onnxruntime's CPU kernels.
+
+    Inputs whose index is in ``constant_inputs`` become initializers (for shape-like inputs);
+    the outputs' element type is ``output_dtype``, by default the first input's.
+    """
+    out_elem = helper.np_dtype_to_tensor_dtype(np.dtype(output_dtype or np.asarray(inputs[0]).dtype))
+    names = [f"in{i}" for i in range(len(inputs))]
+    outputs = [f"out{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, names, outputs, **attributes)
+    graph_inputs, initializers, feeds = [], [], {}
+    for i, (name, array) in enumerate(zip(names, inputs)):
+        array = np.asarray(array)
+        if i in constant_inputs:
+            initializers.append(numpy_helper.from_array(array, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(array.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, list(array.shape)))
+            feeds[name] = array
+    graph = helper.make_graph([node], "native", graph_inputs,
+                              [helper.make_tensor_value_info(o, out_elem, None) for o in outputs], initializer=initializers)
+    model = helper.make_model(graph, ir_version=IR_VERSION,
+                              opset_imports=[helper.make_opsetid("", opset)])
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
