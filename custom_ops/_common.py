@@ -56,7 +56,8 @@ def check_ints(op: str, node: str, name: str, values: Sequence[int], *, minimum:
     """Check a list attribute: optional exact length, every value >= minimum."""
     values = tuple(int(v) for v in values)
     if length is not None and len(values) != length:
-        raise KernelError(op, node, name, list(values), f"must have {length} values, not {len(values)}")
+        raise KernelError(op, node, name, list(values),
+                          f"must have {length} values, not {len(values)}")
     for i, v in enumerate(values):
         if v < minimum:
             raise KernelError(op, node, f"{name}[{i}]", v, f"is below {minimum}")

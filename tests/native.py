@@ -17,7 +17,8 @@ def run_native(op_type: str, inputs: list[np.ndarray], *, opset: int, n_outputs:
     Inputs whose index is in ``constant_inputs`` become initializers (for shape-like inputs);
     the outputs' element type is ``output_dtype``, by default the first input's.
     """
-    out_elem = helper.np_dtype_to_tensor_dtype(np.dtype(output_dtype or np.asarray(inputs[0]).dtype))
+    out_dtype = np.dtype(output_dtype or np.asarray(inputs[0]).dtype)
+    out_elem = helper.np_dtype_to_tensor_dtype(out_dtype)
     names = [f"in{i}" for i in range(len(inputs))]
     outputs = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, names, outputs, **attributes)
@@ -30,8 +31,9 @@ def run_native(op_type: str, inputs: list[np.ndarray], *, opset: int, n_outputs:
             elem = helper.np_dtype_to_tensor_dtype(array.dtype)
             graph_inputs.append(helper.make_tensor_value_info(name, elem, list(array.shape)))
             feeds[name] = array
-    graph = helper.make_graph([node], "native", graph_inputs,
-                              [helper.make_tensor_value_info(o, out_elem, None) for o in outputs], initializer=initializers)
+    graph_outputs = [helper.make_tensor_value_info(o, out_elem, None) for o in outputs]
+    graph = helper.make_graph([node], "native", graph_inputs, graph_outputs,
+                              initializer=initializers)
     model = helper.make_model(graph, ir_version=IR_VERSION,
                               opset_imports=[helper.make_opsetid("", opset)])
     options = ort.SessionOptions()
