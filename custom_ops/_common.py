@@ -125,15 +125,18 @@ def filled(values: Sequence[int] | None, k: int, default: int) -> tuple[int, ...
 def sliding_block_counts(op: str, node: str, spatial_shape: Sequence[int], window: Sequence[int],
                          strides: Sequence[int], dilations: Sequence[int],
                          start_padding: Sequence[int], end_padding: Sequence[int],
-                         *, what: str = "output size") -> tuple[int, ...]:
-    """``(D + start + end - dilation * (window - 1) - 1) // stride + 1`` per axis, each >= 1."""
+                         *, what: str = "output size", first_axis: int = 0) -> tuple[int, ...]:
+    """``(D + start + end - dilation * (window - 1) - 1) // stride + 1`` per axis, each >= 1.
+
+    ``first_axis`` numbers the axes in messages when only some of them are passed.
+    """
     counts = []
     for axis, (d, w, s, dil, a, b) in enumerate(
             zip(spatial_shape, window, strides, dilations, start_padding, end_padding)):
         span = d + a + b - dil * (w - 1) - 1
         count = span // s + 1 if span >= 0 else 0
         if count < 1:
-            raise KernelError(op, node, f"{what} along spatial axis {axis}", count,
+            raise KernelError(op, node, f"spatial axis {first_axis + axis} {what}", count,
                               f"is below 1 (size {d}, padding {a}+{b}, window {w}, "
                               f"dilation {dil}, stride {s})")
         counts.append(count)

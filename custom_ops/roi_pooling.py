@@ -1,0 +1,206 @@
+"""RoiPooling: max pooling over regions of interest (Fast R-CNN ROI pooling), in numpy.
+
+Shapes (torchvision.ops / ONNX ``MaxRoiPool`` style):
+
+* ``X``: ``[N, C, H, W]``, float16, float32 or float64.
+* ``rois``: ``[R, 5]``, or that with leading 1s up to rank 4 (DirectML's ``[1, 1, R, 5]``), of
+  X's type; each row is ``[batch_id, x1, y1, x2, y2]`` in input-image coordinates, corners
+  inclusive.
+* ``Y``: ``[R, C, PH, PW]`` of X's type, ``pooled_size = [PH, PW]``.
+
+Conventions (spec section 1): the batch id is truncated toward zero and must lie in ``[0, N)``;
+each corner is ``round_half_away(coordinate * spatial_scale)`` with the product in float32
+(float64 for double input); the region is ``max(x2 - x1 + 1, 1)`` wide (likewise high); bin
+``p`` of ``P`` spans ``[p * size // P, ceil((p + 1) * size / P))`` from the region start, in
+exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN in a bin gives
+NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
+float16's own max).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from custom_ops._common import (
+    KernelError,
+    check_finite,
+    check_float_input,
+    check_ints,
+    check_rank,
+    compute_dtype,
+    round_half_away,
+)
+
+OP = "RoiPooling"
+
+_CORNERS = ("x1", "y1", "x2", "y2")
+_INDEX_BUDGET = 1 << 20  # gather-index entries built at once (bounds the temporary memory)
+
+
+def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: float) -> None:
+    """Attribute-only rules: ``pooled_size`` two values >= 1, ``spatial_scale`` finite."""
+    if pooled_size is None or isinstance(pooled_size, (str, bytes)):
+        raise KernelError(OP, node, "pooled_size", pooled_size, "must be two integers [PH, PW]")
+    check_ints(OP, node, "pooled_size", list(np.ravel(pooled_size)), minimum=1, length=2)
+    if spatial_scale is None:
+        raise KernelError(OP, node, "spatial_scale", spatial_scale, "must be a float")
+    value = check_finite(OP, node, "spatial_scale", spatial_scale)
+    with np.errstate(over="ignore"):
+        if not np.isfinite(np.float32(value)):
+            raise KernelError(OP, node, "spatial_scale", value,
+                              "is not finite as a float32 (the attribute's type)")
+
+
+def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
+                spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
+    """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
+    check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    ph_count, pw_count = (int(v) for v in np.ravel(pooled_size))
+    X = np.asarray(X)
+    rois = np.asarray(rois)
+    check_float_input(OP, node, "X", X)
+    check_rank(OP, node, "X", X, (4,))
+    check_float_input(OP, node, "rois", rois)
+    if rois.dtype != X.dtype:
+        raise KernelError(OP, node, "rois element type", rois.dtype.name,
+                          f"does not match X element type {X.dtype.name}")
+    if not (2 <= rois.ndim <= 4 and rois.shape[-1] == 5 and all(d == 1 for d in rois.shape[:-2])):
+        raise KernelError(OP, node, "rois shape", list(rois.shape),
+                          "is not [R, 5], [1, R, 5] or [1, 1, R, 5]")
+    rois = rois.reshape(-1, 5)
+    n, c, h, w = X.shape
+    ctype = compute_dtype(X.dtype)
+
+    batch = _batch_indices(rois[:, 0], n, node)
+    x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
+    hs, he = _bins(y1, y2, ph_count, h)
+    ws, we = _bins(x1, x2, pw_count, w)
+
+    r = rois.shape[0]
+    if min(r, c, h, w) == 0:
+        return np.zeros((r, c, ph_count, pw_count), X.dtype)
+    Y = _pool(X, ctype, batch, hs, he, ws, we)
+    return Y.astype(X.dtype, copy=False)
+
+
+def _batch_indices(ids: np.ndarray, n: int, node: str) -> np.ndarray:
+    """``trunc(batch_id)``, each checked to lie in ``[0, N)``, as int64."""
+    ids = ids.astype(np.float64)
+    truncated = np.trunc(ids)
+    bad = np.flatnonzero(~((truncated >= 0) & (truncated < n)))  # NaN fails both tests
+    if bad.size:
+        i = int(bad[0])
+        raise KernelError(OP, node, f"rois[{i}] batch index", _number(ids[i]),
+                          f"is outside [0, {n})")
+    return truncated.astype(np.int64)
+
+
+def _number(value: float) -> int | float:
+    """A float as the error message shows it: integral values without a trailing ``.0``."""
+    value = float(value)
+    return int(value) if np.isfinite(value) and value.is_integer() else value
+
+
+def _scaled_corners(coords: np.ndarray, ctype: np.dtype, spatial_scale: float,
+                    node: str) -> tuple[np.ndarray, ...]:
+    """``round_half_away(coordinate * spatial_scale)`` per corner, as exact integers.
+
+    The product is taken in ``ctype`` (float32, or float64 for double). The result is int64
+    when every later bin computation fits in int64, else an object array of Python ints.
+    """
+    finite = np.isfinite(coords)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]),
+                          "is not finite")
+    with np.errstate(over="ignore"):
+        scaled = coords.astype(ctype) * ctype.type(spatial_scale)
+    finite = np.isfinite(scaled)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]),
+                          f"times spatial_scale {spatial_scale} overflows {ctype.name}")
+    rounded = round_half_away(scaled).astype(np.float64)
+    return tuple(_exact_ints(rounded[:, j]) for j in range(4))
+
+
+def _exact_ints(values: np.ndarray) -> np.ndarray:
+    # 2**40 leaves int64 room for (p + 1) * size + p + start with any p up to 2**20; beyond
+    # that (coordinates far outside any image) Python ints keep the arithmetic exact.
+    if values.size == 0 or np.abs(values).max() <= 2.0 ** 40:
+        return values.astype(np.int64)
+    return np.array([int(v) for v in values], dtype=object)
+
+
+def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.ndarray, ...]:
+    """Bin ``[start, end)`` per ROI and bin, ``[R, pooled]`` int64, clamped to ``[0, limit]``."""
+    size = np.maximum(hi - lo + 1, 1)[:, None]
+    big = lo.dtype == object or pooled > (1 << 20)
+    p = np.arange(pooled).astype(object if big else np.int64)
+    if big and size.dtype != object:
+        size, lo = size.astype(object), lo.astype(object)
+    start = (p * size) // pooled + lo[:, None]
+    end = ((p + 1) * size + (pooled - 1)) // pooled + lo[:, None]
+    return (np.clip(start, 0, limit).astype(np.int64),
+            np.clip(end, 0, limit).astype(np.int64))
+
+
+def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
+          ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``; every size is at least 1 here.
+
+    Per ROI: gather the rows of each row-bin (the last row repeated to a common length) and
+    take their maximum, then the same over columns. Channels-last keeps each gathered run
+    long (``width * C`` contiguous values); X is transposed once for that when the ROI
+    windows together are at least as large as X, else the windows are read in place.
+    """
+    n, c, h, w = X.shape
+    r, ph_count = hs.shape
+    pw_count = ws.shape[1]
+    # Row indices of bin k: start + j, repeated at end - 1 (empty bins: start, clamped in X).
+    h_len = np.maximum(he - hs, 1)
+    w_len = np.maximum(we - ws, 1)
+    h_last = np.minimum(hs + h_len - 1, h - 1)
+    w_last = np.minimum(ws + w_len - 1, w - 1)
+    y0 = np.minimum(hs.min(axis=1), h - 1)
+    y1 = h_last.max(axis=1) + 1
+    x0 = np.minimum(ws.min(axis=1), w - 1)
+    x1 = w_last.max(axis=1) + 1
+    h_max = h_len.max(axis=1)
+    w_max = w_len.max(axis=1)
+    window_values = int(((y1 - y0) * (x1 - x0)).sum()) * c
+    channels_last = window_values >= X.size
+    if channels_last:
+        source = np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype=ctype)
+        Y = np.empty((r, ph_count, pw_count, c), ctype)
+    else:
+        source = X.astype(ctype, copy=False)
+        Y = np.empty((r, c, ph_count, pw_count), ctype)
+
+    chunk = max(1, _INDEX_BUDGET // max(ph_count * int(h_max.max()) + pw_count * int(w_max.max()),
+                                        1))
+    for lo in range(0, r, chunk):
+        sl = slice(lo, min(lo + chunk, r))
+        rows = np.minimum(hs[sl, :, None] + np.arange(int(h_max[sl].max())), h_last[sl, :, None])
+        cols = np.minimum(ws[sl, :, None] + np.arange(int(w_max[sl].max())), w_last[sl, :, None])
+        rows -= y0[sl, None, None]
+        cols -= x0[sl, None, None]
+        for k, i in enumerate(range(sl.start, sl.stop)):
+            row_idx = rows[k, :, :h_max[i]]
+            col_idx = cols[k, :, :w_max[i]]
+            if channels_last:
+                window = source[batch[i], y0[i]:y1[i], x0[i]:x1[i]]       # [h, w, C]
+                Y[i] = window[row_idx].max(axis=1)[:, col_idx].max(axis=2)
+            else:
+                window = source[batch[i], :, y0[i]:y1[i], x0[i]:x1[i]]    # [C, h, w]
+                Y[i] = window[:, row_idx].max(axis=2)[:, :, col_idx].max(axis=3)
+
+    empty = (he <= hs)[:, :, None] | (we <= ws)[:, None, :]
+    if channels_last:
+        Y[empty] = 0
+        return np.ascontiguousarray(Y.transpose(0, 3, 1, 2))
+    if empty.any():
+        Y.transpose(0, 2, 3, 1)[empty] = 0
+    return Y

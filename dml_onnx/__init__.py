@@ -1,0 +1,23 @@
+"""dml_onnx: the DirectML operators ROI_POOLING, ROI_ALIGN1, ROI_ALIGN_GRAD, LP_POOLING, UNFOLD
+and FOLD as the ONNX custom domain ``dml_onnx``, with exact numpy kernels run in onnxruntime.
+
+Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) and
+:func:`make_model`; run models with :class:`InferenceSession` or :class:`ReferenceEvaluator`.
+"""
+
+from custom_ops import KernelError
+from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, lp_pooling, make_model
+from dml_onnx.definition import DOMAIN, OPSET_VERSION
+from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
+from dml_onnx.reference import ReferenceEvaluator
+from dml_onnx.runtime import InferenceSession, register_runtime_ops, to_runtime_model
+from dml_onnx.schemas import deregister_schemas, register_schemas
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION", "STANDARD_OPSET",
+    "InferenceSession", "KernelError", "ReferenceEvaluator", "deregister_schemas",
+    "lp_pooling", "make_model", "register_runtime_ops", "register_schemas",
+    "to_runtime_model",
+]

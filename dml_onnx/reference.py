@@ -1,0 +1,40 @@
+"""``onnx.reference.ReferenceEvaluator`` with the domain's operators preloaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx.reference import ReferenceEvaluator as _OnnxReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+from dml_onnx.definition import DOMAIN, OpDefinition, attribute_value, node_label
+from dml_onnx.ops import OPERATORS
+
+
+def _op_class(definition: OpDefinition) -> type[OpRun]:
+    """An ``OpRun`` subclass named like the op type that calls the operator's kernel."""
+
+    def _run(self: OpRun, *inputs: np.ndarray | None, **_: Any) -> tuple:
+        node = self.onnx_node
+        attributes = {a.name: a.kernel_default for a in definition.attributes}
+        attributes.update({a.name: attribute_value(a) for a in node.attribute})
+        present = [i < len(node.output) and bool(node.output[i])
+                   for i in range(len(definition.outputs))]
+        outputs = definition.run_kernel(list(inputs), attributes, node_label(node), present)
+        return tuple(outputs[:len(node.output)])
+
+    return type(definition.name, (OpRun,), {
+        "op_domain": DOMAIN, "op_schema": definition.to_schema(), "_run": _run,
+        "__doc__": f"Reference evaluation of {DOMAIN}::{definition.name}."})
+
+
+OP_CLASSES: tuple[type[OpRun], ...] = tuple(_op_class(d) for d in OPERATORS)
+
+
+class ReferenceEvaluator(_OnnxReferenceEvaluator):
+    """``onnx.reference.ReferenceEvaluator`` that also runs every ``dml_onnx`` operator."""
+
+    def __init__(self, proto: Any, *args: Any, new_ops: list[type[OpRun]] | None = None,
+                 **kwargs: Any):
+        super().__init__(proto, *args, new_ops=[*OP_CLASSES, *(new_ops or [])], **kwargs)
