@@ -107,6 +107,24 @@ ShapeFunction = Callable[[list[Shape], dict[str, Any], str], list[Shape]]
 
 
 @dataclass(frozen=True)
+class Example:
+    """A small named use of an operator: the conformance suite and the layer tests run it.
+
+    ``inputs`` has one entry per declared input (``None`` where omitted); ``outputs`` names
+    which outputs the node requests; ``expected`` holds independently known outputs (a seed
+    example), or is empty. An example with ``error`` set shows invalid input: running it
+    must raise an error whose message contains ``error`` (it is not a conformance case).
+    """
+
+    name: str
+    inputs: tuple[np.ndarray | None, ...]
+    attributes: dict[str, Any]
+    outputs: tuple[bool, ...] = (True,)
+    expected: tuple[np.ndarray, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class OpDefinition:
     """Everything about one operator of the ``dml_onnx`` domain.
 
@@ -127,6 +145,8 @@ class OpDefinition:
     kernel: Callable[..., Any]
     check_attributes: Callable[..., None]
     infer_shapes: ShapeFunction
+    examples: Callable[[], tuple[Example, ...]] = field(default=lambda: ())
+    """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})
     """Extra keyword arguments of the kernel derived from which outputs a node requests."""
 
@@ -202,10 +222,14 @@ class OpDefinition:
         return schema
 
     def _onnx_inference(self, ctx: Any) -> None:
-        label = ctx.get_display_name() or self.name
+        # onnx names the node "node <op>[<domain>] (<name>)"
+        label = ctx.get_display_name().rpartition("(")[2].rstrip(")") or "<unnamed>"
         values = {}
         for attribute in self.attributes:
             proto = ctx.get_attribute(attribute.name)
+            if proto is None and attribute.required:
+                raise ValueError(f"{self.name} '{label}': attribute {attribute.name} is "
+                                 "required but missing")
             values[attribute.name] = (attribute.kernel_default if proto is None
                                       else attribute_value(proto))
         self.check_attributes(node=label, **values)

@@ -35,8 +35,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime_extensions import PyCustomOpDef, get_library_path
-from onnxruntime_extensions import _ocos
+from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
 
 from custom_ops import KernelError
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
@@ -341,7 +340,7 @@ class InferenceSession:
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
-        options.register_custom_ops_library(get_library_path())
+        _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
         self._session = ort.InferenceSession(
             model.SerializeToString(), options,
@@ -371,6 +370,18 @@ class InferenceSession:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
+
+
+_REGISTERED_KEY = "dml_onnx.extensions_library_registered"
+
+
+def _register_extensions_library(options: ort.SessionOptions) -> None:
+    """Register onnxruntime-extensions once per options object (twice fails the session)."""
+    try:
+        options.get_session_config_entry(_REGISTERED_KEY)
+    except RuntimeError:  # not registered yet
+        options.register_custom_ops_library(get_library_path())
+        options.add_session_config_entry(_REGISTERED_KEY, "1")
 
 
 def _take_error() -> KernelError | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from onnx import NodeProto
 
 from custom_ops import lp_pooling as kernel
-from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
+from dml_onnx.definition import FLOAT_TYPES, Attribute, Example, OpDefinition, Parameter, Shape
 from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
 
 
@@ -16,6 +17,27 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     window = attributes["window_size"]
     n, c, *spatial = spatial_input(kernel.OP, node, shapes[0], len(window))
     return [[n, c, *block_counts(kernel.OP, node, spatial, window, attributes)]]
+
+
+def _examples() -> tuple[Example, ...]:
+    rng = np.random.default_rng(4)
+    x2 = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    return (
+        Example("2d_p2_padded", (x2,), {"window_size": [3, 3], "start_padding": [1, 1],
+                                        "end_padding": [1, 1]}),
+        Example("2d_p1_strided_asymmetric", (x2,), {"window_size": [2, 3], "strides": [2, 1],
+                                                    "start_padding": [0, 2],
+                                                    "end_padding": [1, 0], "p": 1}),
+        Example("1d_p3_dilated", (rng.standard_normal((1, 2, 11)).astype(np.float64),),
+                {"window_size": [3], "dilations": [2], "strides": [2], "p": 3}),
+        Example("3d_p4", (rng.standard_normal((1, 2, 4, 5, 3)).astype(np.float32),),
+                {"window_size": [2, 2, 2], "dilations": [1, 2, 1], "end_padding": [1, 0, 1],
+                 "p": 4}),
+        Example("2d_float16", (x2.astype(np.float16),), {"window_size": [2, 2]}),
+        Example("window_larger_than_input", (x2[:, :, :1].astype(np.float16),),
+                {"window_size": [2, 2]},
+                error="spatial axis 0 output size 0 is below 1"),
+    )
 
 
 DEFINITION = OpDefinition(
@@ -34,6 +56,7 @@ DEFINITION = OpDefinition(
     kernel=kernel.lp_pooling,
     check_attributes=kernel.check_attributes,
     infer_shapes=_infer_shapes,
+    examples=_examples,
 )
 
 

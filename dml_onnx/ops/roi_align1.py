@@ -1,0 +1,101 @@
+"""RoiAlign1: crop and resample regions of interest (DML_ROI_ALIGN1_OPERATOR_DESC)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from onnx import NodeProto
+
+from custom_ops import roi_align1 as kernel
+from custom_ops._common import UINT32_MAX
+from dml_onnx.definition import (
+    FLOAT_TYPES,
+    INDEX_TYPES,
+    Attribute,
+    OpDefinition,
+    Parameter,
+    Shape,
+)
+from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
+
+SAMPLING_ATTRIBUTES = (
+    Attribute("reduction_function", "string", "How the samples of one output combine: "
+              "'average' or 'max'.", "average"),
+    Attribute("interpolation_mode", "string", "How one sample reads the image: 'linear' or "
+              "'nearest_neighbor'.", "linear"),
+    Attribute("spatial_scale_x", "float", "Multiplier of the ROI x coordinates.", 1.0),
+    Attribute("spatial_scale_y", "float", "Multiplier of the ROI y coordinates.", 1.0),
+    Attribute("input_pixel_offset", "float", "Offset from (0,0) of the input coordinates to "
+              "the top-left pixel centre.", 0.5),
+    Attribute("output_pixel_offset", "float", "Offset from the top-left pixel centre to (0,0) "
+              "of the output coordinates.", -0.5),
+    Attribute("minimum_samples_per_output", "int", "Least samples per output and axis, >= 1.",
+              1),
+    Attribute("maximum_samples_per_output", "int", "Most samples per output and axis, "
+              ">= minimum.", UINT32_MAX),
+    Attribute("align_regions_to_corners", "int", "1: stretch the sample points to the "
+              "region's corners.", 0),
+)
+"""The sampling attributes RoiAlign1 shares with RoiAlignGrad."""
+
+ROI_INPUTS = (
+    Parameter("rois", "T", "[R, 4], [1, R, 4] or [1, 1, R, 4]; rows [x1, y1, x2, y2]."),
+    Parameter("batch_indices", "TI", "[R], or with leading 1s up to rank 4; values in [0, N)."),
+)
+ROI_TYPES = {"T": FLOAT_TYPES, "TI": INDEX_TYPES}
+
+
+def roi_rows(op: str, node: str, shapes: list[Shape]) -> Any:
+    """R from ``rois`` and ``batch_indices`` (the last two inputs), which must agree."""
+    r = roi_count(op, node, "rois", shapes[-2], row=4)
+    return same_dim(op, node, "R of rois and batch_indices",
+                    r, roi_count(op, node, "batch_indices", shapes[-1], row=None))
+
+
+def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
+    _, c, _, _ = spatial_image(kernel.OP, node, shapes[0])
+    return [[roi_rows(kernel.OP, node, shapes), c, *attributes["output_size"]]]
+
+
+DEFINITION = OpDefinition(
+    name="RoiAlign1",
+    summary="Crops each region of interest and resamples it to a fixed size "
+            "(Mask R-CNN ROI align).",
+    dml_name="DML_ROI_ALIGN1_OPERATOR_DESC",
+    spec_section="2",
+    inputs=(Parameter("X", "T", "[N, C, H, W]."), *ROI_INPUTS),
+    outputs=(Parameter("Y", "T", "[R, C, OH, OW]."),),
+    type_constraints=ROI_TYPES,
+    attributes=(
+        Attribute("output_size", "ints", "Output [OH, OW]."),
+        *SAMPLING_ATTRIBUTES[:6],
+        Attribute("out_of_bounds_input_value", "float", "The value a sample outside the "
+                  "image reads.", 0.0),
+        *SAMPLING_ATTRIBUTES[6:],
+    ),
+    kernel=kernel.roi_align1,
+    check_attributes=kernel.check_attributes,
+    infer_shapes=_infer_shapes,
+)
+
+
+def roi_align1(X: str, rois: str, batch_indices: str, Y: str, *, output_size: Sequence[int],
+               reduction_function: str | None = None, interpolation_mode: str | None = None,
+               spatial_scale_x: float | None = None, spatial_scale_y: float | None = None,
+               input_pixel_offset: float | None = None, output_pixel_offset: float | None = None,
+               out_of_bounds_input_value: float | None = None,
+               minimum_samples_per_output: int | None = None,
+               maximum_samples_per_output: int | None = None,
+               align_regions_to_corners: int | None = None,
+               name: str | None = None) -> NodeProto:
+    """A ``RoiAlign1`` node; attributes left ``None`` take the spec default."""
+    return DEFINITION.make_node(
+        [X, rois, batch_indices], [Y], name=name, output_size=output_size,
+        reduction_function=reduction_function, interpolation_mode=interpolation_mode,
+        spatial_scale_x=spatial_scale_x, spatial_scale_y=spatial_scale_y,
+        input_pixel_offset=input_pixel_offset, output_pixel_offset=output_pixel_offset,
+        out_of_bounds_input_value=out_of_bounds_input_value,
+        minimum_samples_per_output=minimum_samples_per_output,
+        maximum_samples_per_output=maximum_samples_per_output,
+        align_regions_to_corners=align_regions_to_corners)

@@ -1,0 +1,365 @@
+"""Every layer over every operator example of the table: schema, shape inference, onnxruntime
+binding, reference evaluator, builders. Numeric oracles per operator are in test_<op>.py."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnxruntime_extensions import get_library_path
+
+import dml_onnx
+from dml_onnx.conformance import example_case, single_node_model, snake
+from dml_onnx.runtime import RUNTIME_DOMAIN
+
+EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if not e.error]
+ERROR_EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if e.error]
+
+
+def _id(pair) -> str:
+    return f"{pair[0].name}-{pair[1].name}"
+
+
+def _feeds(definition, example) -> dict[str, np.ndarray]:
+    return {p.name: a for p, a in zip(definition.inputs, example.inputs) if a is not None}
+
+
+def _twin(definition, error_example):
+    """The valid example with the error example's attributes and element types."""
+    def signature(example):
+        return example.attributes, [getattr(a, "dtype", None) for a in example.inputs]
+    return next(e for e in definition.examples()
+                if not e.error and signature(e) == signature(error_example))
+
+
+def _kernel_outputs(definition, example) -> list[np.ndarray]:
+    attributes = {a.name: a.kernel_default for a in definition.attributes}
+    attributes.update(example.attributes)
+    outputs = definition.run_kernel(list(example.inputs), attributes, "direct",
+                                    example.outputs)
+    return [o for o, wanted in zip(outputs, example.outputs) if wanted]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schemas():
+    dml_onnx.register_schemas()
+
+
+def test_every_operator_has_examples_and_an_error_example():
+    for definition in dml_onnx.OPERATORS:
+        examples = definition.examples()
+        assert any(not e.error for e in examples), definition.name
+        assert any(e.error for e in examples), definition.name
+
+
+@pytest.mark.parametrize("pair", EXAMPLES, ids=_id)
+def test_checker_accepts_and_strict_inference_gives_runtime_shapes(pair):
+    definition, example = pair
+    case = example_case(definition, example)
+    onnx.checker.check_model(case.model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(case.model, strict_mode=True)
+    session = dml_onnx.InferenceSession(case.model)
+    names = [o.name for o in case.model.graph.output]
+    for value, output in zip(inferred.graph.output, session.run(names, case.feeds)):
+        tensor = value.type.tensor_type
+        assert tensor.elem_type == helper.np_dtype_to_tensor_dtype(output.dtype)
+        assert [d.dim_value for d in tensor.shape.dim] == list(output.shape)
+
+
+@pytest.mark.parametrize("pair", EXAMPLES, ids=_id)
+def test_symbolic_dims_infer_and_run(pair):
+    definition, example = pair
+    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
+                              symbolic=True)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    symbols = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim]
+               for i in model.graph.input}
+    outputs = dml_onnx.InferenceSession(model).run(None, _feeds(definition, example))
+    for value, output in zip(inferred.graph.output, outputs):
+        dims = value.type.tensor_type.shape.dim
+        assert len(dims) == output.ndim
+        for dim, size in zip(dims, output.shape):
+            assert not dim.HasField("dim_value") or dim.dim_value == size
+            if dim.dim_param.startswith("unk__"):  # onnx's name for a size it cannot know
+                continue
+            if dim.dim_param:  # a symbol passed through from an input dim of the same size
+                owner, axis = dim.dim_param.rsplit("_", 1)
+                assert dim.dim_param in symbols[owner]
+                assert _feeds(definition, example)[owner].shape[int(axis)] == size
+
+
+@pytest.mark.parametrize("pair", EXAMPLES, ids=_id)
+def test_onnxruntime_reference_and_kernel_agree_exactly(pair):
+    definition, example = pair
+    case = example_case(definition, example)
+    names = list(case.expected)
+    from_ort = dml_onnx.InferenceSession(case.model).run(names, case.feeds)
+    from_reference = dml_onnx.ReferenceEvaluator(case.model).run(names, case.feeds)
+    direct = _kernel_outputs(definition, example)
+    for a, b, c in zip(from_ort, from_reference, direct):
+        assert a.dtype == b.dtype == c.dtype
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    for got, want in zip(from_ort, example.expected):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize("pair", ERROR_EXAMPLES, ids=_id)
+def test_kernel_error_is_raised_and_session_keeps_working(pair):
+    definition, example = pair
+    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
+                              node_name="bad_node", symbolic=True)
+    session = dml_onnx.InferenceSession(model)
+    with pytest.raises(dml_onnx.KernelError) as info:
+        session.run(None, _feeds(definition, example))
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert message.startswith(f"{definition.name} 'bad_node': ")
+    assert example.error in message
+    with pytest.raises(dml_onnx.KernelError, match=example.error):
+        dml_onnx.ReferenceEvaluator(model).run(None, _feeds(definition, example))
+    good = _twin(definition, example)  # the same session then runs valid input
+    want = dml_onnx.ReferenceEvaluator(model).run(None, _feeds(definition, good))
+    for got, expected in zip(session.run(None, _feeds(definition, good)), want):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("pair", ERROR_EXAMPLES, ids=_id)
+def test_plain_onnxruntime_session_fails_cleanly(pair):
+    definition, example = pair
+    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
+                              symbolic=True)
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    options.log_severity_level = 4
+    session = ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(),
+                                   options, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="fails when the kernel failed"):
+        session.run(None, _feeds(definition, example))
+
+
+@pytest.mark.parametrize("pair", EXAMPLES, ids=_id)
+def test_plain_onnxruntime_session_runs_the_runtime_model(pair):
+    definition, example = pair
+    case = example_case(definition, example)
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    session = ort.InferenceSession(dml_onnx.to_runtime_model(case.model).SerializeToString(),
+                                   options, providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(list(case.expected), case.feeds), case.expected.values()):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
+def test_runtime_model_carries_every_attribute_exactly(definition):
+    for example in definition.examples():
+        model = single_node_model(definition, example.inputs, example.attributes,
+                                  example.outputs, symbolic=True)
+        node = model.graph.node[0]
+        runtime = dml_onnx.to_runtime_model(model)
+        (pyop,) = [n for n in runtime.graph.node if n.domain == RUNTIME_DOMAIN]
+        config = json.loads(helper.get_attribute_value(pyop.attribute[0]))
+        expected = definition.node_attributes(node)
+        assert config["attributes"] == expected
+        for name, value in expected.items():  # floats: the exact float32 value of the node
+            if isinstance(value, float):
+                proto = next((a for a in node.attribute if a.name == name), None)
+                if proto is not None:
+                    assert np.float32(config["attributes"][name]) == np.float32(proto.f)
+                    assert config["attributes"][name] == float(np.float32(proto.f))
+
+
+def test_float_attribute_that_six_digits_would_change_arrives_exactly():
+    float_attributes = [a for d in dml_onnx.OPERATORS for a in d.attributes if a.type == "float"]
+    third = float(np.float32(1 / 3))
+    assert f"{third:.6g}" != repr(third)  # what onnxruntime-extensions would pass
+    for attribute in float_attributes:
+        owner = next(d for d in dml_onnx.OPERATORS if attribute in d.attributes)
+        example = next(e for e in owner.examples() if not e.error)
+        model = single_node_model(owner, example.inputs, {**example.attributes,
+                                                          attribute.name: third},
+                                  example.outputs, symbolic=True)
+        (pyop,) = [n for n in dml_onnx.to_runtime_model(model).graph.node
+                   if n.domain == RUNTIME_DOMAIN]
+        config = json.loads(helper.get_attribute_value(pyop.attribute[0]))
+        assert config["attributes"][attribute.name] == third
+
+
+@pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
+def test_kernel_signature_matches_the_definition(definition):
+    parameters = inspect.signature(definition.kernel).parameters
+    keyword_only = [n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY]
+    options = list(definition.kernel_options([True] * len(definition.outputs)))
+    assert set(keyword_only) == {*definition.attribute_names, *options, "node"}
+    positional = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == [p.name for p in definition.inputs]
+
+
+@pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
+def test_builder_signature_matches_the_definition(definition):
+    builder = getattr(dml_onnx, snake(definition.name))
+    parameters = inspect.signature(builder).parameters
+    keyword_only = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keyword_only == {*definition.attribute_names, "name"}
+    for attribute in definition.attributes:
+        default = parameters[attribute.name].default
+        assert default is (inspect.Parameter.empty if attribute.required else None)
+
+
+@pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
+def test_checker_rejects_wrong_attributes(definition):
+    example = next(e for e in definition.examples() if not e.error)
+    model = single_node_model(definition, example.inputs, example.attributes, example.outputs)
+    node = model.graph.node[0]
+    required = next(a for a in definition.attributes if a.required)
+
+    wrong_type = onnx.ModelProto()
+    wrong_type.CopyFrom(model)
+    attribute = next(a for a in wrong_type.graph.node[0].attribute if a.name == required.name)
+    attribute.CopyFrom(helper.make_attribute(required.name, "text"))
+    unknown = onnx.ModelProto()
+    unknown.CopyFrom(model)
+    unknown.graph.node[0].attribute.append(helper.make_attribute("no_such_attribute", 1))
+    missing = onnx.ModelProto()
+    missing.CopyFrom(model)
+    kept = [a for a in node.attribute if a.name != required.name]
+    del missing.graph.node[0].attribute[:]
+    missing.graph.node[0].attribute.extend(kept)
+    for bad in (wrong_type, unknown, missing):
+        with pytest.raises((onnx.checker.ValidationError, onnx.shape_inference.InferenceError)):
+            onnx.checker.check_model(bad, full_check=True)
+        with pytest.raises(ValueError, match=definition.name):
+            dml_onnx.InferenceSession(bad)
+
+
+@pytest.mark.parametrize("pair", ERROR_EXAMPLES, ids=_id)
+def test_strict_inference_reports_what_it_can_see(pair):
+    definition, example = pair
+    try:
+        model = single_node_model(definition, example.inputs, example.attributes,
+                                  example.outputs)
+    except ValueError as error:  # the shape function already refuses the concrete shapes
+        assert definition.name in str(error)
+        return
+    with pytest.raises((ValueError, onnx.shape_inference.InferenceError),
+                       match=definition.name):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def test_register_schemas_is_idempotent_and_reversible():
+    dml_onnx.register_schemas()
+    dml_onnx.register_schemas()
+    for definition in dml_onnx.OPERATORS:
+        assert onnx.defs.has(definition.name, 1, dml_onnx.DOMAIN)
+    dml_onnx.deregister_schemas()
+    assert not any(onnx.defs.has(d.name, 1, dml_onnx.DOMAIN) for d in dml_onnx.OPERATORS)
+    dml_onnx.register_schemas()
+    assert all(onnx.defs.has(d.name, 1, dml_onnx.DOMAIN) for d in dml_onnx.OPERATORS)
+
+
+def test_make_model_pins_ir_version_and_opsets():
+    definition, example = EXAMPLES[0]
+    model = example_case(definition, example).model
+    assert model.ir_version == dml_onnx.IR_VERSION <= 13
+    assert {(o.domain, o.version) for o in model.opset_import} == {
+        ("", dml_onnx.STANDARD_OPSET), (dml_onnx.DOMAIN, dml_onnx.OPSET_VERSION)}
+
+
+def test_session_takes_path_bytes_and_modelproto(tmp_path):
+    definition, example = EXAMPLES[0]
+    case = example_case(definition, example)
+    path = tmp_path / "model.onnx"
+    onnx.save(case.model, path)
+    want = dml_onnx.ReferenceEvaluator(case.model).run(None, case.feeds)
+    for source in (case.model, case.model.SerializeToString(), str(path), path):
+        session = dml_onnx.InferenceSession(source, providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == list(case.feeds)
+        np.testing.assert_array_equal(session.run(None, case.feeds)[0], want[0])
+    options = ort.SessionOptions()
+    for _ in range(2):  # the same options object may serve several sessions
+        session = dml_onnx.InferenceSession(case.model, options)
+        np.testing.assert_array_equal(session.run(None, case.feeds)[0], want[0])
+
+
+def test_concurrent_runs_from_threads_are_correct_and_errors_stay_with_their_run():
+    definition, bad = ERROR_EXAMPLES[0]
+    example = _twin(definition, bad)
+    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
+                              symbolic=True)
+    session = dml_onnx.InferenceSession(model)
+    reference = dml_onnx.ReferenceEvaluator(model)
+    rng = np.random.default_rng(0)
+    feeds = [{n: (a * rng.uniform(0.5, 2)).astype(a.dtype) for n, a in
+              _feeds(definition, example).items()} for _ in range(8)]
+    wants = [reference.run(None, f)[0] for f in feeds]
+    bad_feed = _feeds(definition, bad)
+    failures: list[str] = []
+
+    def work(index: int) -> None:
+        for round_ in range(15):
+            if (index + round_) % 4 == 0:
+                try:
+                    session.run(None, bad_feed)
+                    failures.append(f"thread {index}: invalid input did not raise")
+                except dml_onnx.KernelError as error:
+                    if bad.error not in str(error):
+                        failures.append(f"thread {index}: wrong error {error}")
+                continue
+            try:
+                got = session.run(None, feeds[index])[0]
+            except dml_onnx.KernelError as error:
+                failures.append(f"thread {index}: valid input raised {error}")
+                continue
+            if not np.array_equal(got, wants[index]):
+                failures.append(f"thread {index}: wrong result")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_other_pyops_still_run_through_the_extension_hook():
+    from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+    dml_onnx.register_runtime_ops()
+
+    @onnx_op(op_type="test.other::AddOne", inputs=[PyCustomOpDef.dt_float],
+             outputs=[PyCustomOpDef.dt_float])
+    def add_one(x):
+        return x + 1
+
+    node = helper.make_node("AddOne", ["x"], ["y"], domain="test.other")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 18), helper.make_opsetid("test.other", 1)])
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([1, 2], np.float32)})[0],
+                                  [2, 3])
+
+
+@pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
+def test_builder_rejects_bad_attribute_values_with_a_clear_message(definition):
+    builder = getattr(dml_onnx, snake(definition.name))
+    example = next(e for e in definition.examples() if not e.error)
+    names = [p.name for p in definition.inputs] + [p.name for p in definition.outputs]
+    list_attribute = next(a for a in definition.attributes if a.type == "ints" and a.required)
+    bad = {**example.attributes, list_attribute.name: [0] * len(
+        example.attributes[list_attribute.name])}
+    with pytest.raises(ValueError) as info:
+        builder(*names, name="n1", **bad)
+    message = str(info.value)
+    assert message.startswith(f"{definition.name} 'n1': {list_attribute.name}")
+    assert " 0 " in message
