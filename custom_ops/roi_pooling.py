@@ -92,15 +92,15 @@ def _batch_indices(ids: np.ndarray, n: int, node: str) -> np.ndarray:
     bad = np.flatnonzero(~((truncated >= 0) & (truncated < n)))  # NaN fails both tests
     if bad.size:
         i = int(bad[0])
-        raise KernelError(OP, node, f"rois[{i}] batch index", _number(ids[i]),
-                          f"is outside [0, {n})")
+        rule = f"is outside [0, {n})" if not np.isnan(ids[i]) else f"is NaN, not in [0, {n})"
+        raise KernelError(OP, node, f"rois[{i}] batch index", _number(ids[i]), rule)
     return truncated.astype(np.int64)
 
 
 def _number(value: float) -> int | float:
     """A float as the error message shows it: integral values without a trailing ``.0``."""
     value = float(value)
-    return int(value) if np.isfinite(value) and value.is_integer() else value
+    return int(value) if value.is_integer() and abs(value) < 2.0 ** 53 else value
 
 
 def _scaled_corners(coords: np.ndarray, ctype: np.dtype, spatial_scale: float,
@@ -122,8 +122,8 @@ def _scaled_corners(coords: np.ndarray, ctype: np.dtype, spatial_scale: float,
         i, j = (int(k) for k in np.argwhere(~finite)[0])
         raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]),
                           f"times spatial_scale {spatial_scale} overflows {ctype.name}")
-    rounded = round_half_away(scaled).astype(np.float64)
-    return tuple(_exact_ints(rounded[:, j]) for j in range(4))
+    rounded = _exact_ints(round_half_away(scaled))
+    return tuple(rounded[:, j] for j in range(4))
 
 
 def _exact_ints(values: np.ndarray) -> np.ndarray:
@@ -131,7 +131,7 @@ def _exact_ints(values: np.ndarray) -> np.ndarray:
     # that (coordinates far outside any image) Python ints keep the arithmetic exact.
     if values.size == 0 or np.abs(values).max() <= 2.0 ** 40:
         return values.astype(np.int64)
-    return np.array([int(v) for v in values], dtype=object)
+    return np.array([[int(v) for v in row] for row in values.astype(np.float64)], dtype=object)
 
 
 def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.ndarray, ...]:
@@ -143,8 +143,8 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
         size, lo = size.astype(object), lo.astype(object)
     start = (p * size) // pooled + lo[:, None]
     end = ((p + 1) * size + (pooled - 1)) // pooled + lo[:, None]
-    return (np.clip(start, 0, limit).astype(np.int64),
-            np.clip(end, 0, limit).astype(np.int64))
+    return (np.minimum(np.maximum(start, 0), limit).astype(np.int64, copy=False),
+            np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
 def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
@@ -179,8 +179,8 @@ def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he:
         source = X.astype(ctype, copy=False)
         Y = np.empty((r, c, ph_count, pw_count), ctype)
 
-    chunk = max(1, _INDEX_BUDGET // max(ph_count * int(h_max.max()) + pw_count * int(w_max.max()),
-                                        1))
+    per_roi = ph_count * int(h_max.max()) + pw_count * int(w_max.max())
+    chunk = max(1, _INDEX_BUDGET // per_roi)
     for lo in range(0, r, chunk):
         sl = slice(lo, min(lo + chunk, r))
         rows = np.minimum(hs[sl, :, None] + np.arange(int(h_max[sl].max())), h_last[sl, :, None])

@@ -12,14 +12,18 @@ import onnx
 from onnx import helper
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
+from dml_onnx.ops.fold import fold
 from dml_onnx.ops.lp_pooling import lp_pooling
+from dml_onnx.ops.roi_pooling import roi_pooling
+from dml_onnx.ops.unfold import unfold
 
 IR_VERSION = 10
 """IR version of the models the project writes (onnxruntime >= 1.16 reads it)."""
 STANDARD_OPSET = 18
 """Default-domain opset the project's models import."""
 
-__all__ = ["IR_VERSION", "STANDARD_OPSET", "lp_pooling", "make_model"]
+__all__ = ["IR_VERSION", "STANDARD_OPSET", "fold", "lp_pooling", "make_model", "roi_pooling",
+           "unfold"]
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TypeProto, helper
+from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.defs import OpSchema
 
 DOMAIN = "dml_onnx"
@@ -104,6 +104,37 @@ class Parameter:
 
 
 ShapeFunction = Callable[[list[Shape], dict[str, Any], str], list[Shape]]
+StandardForm = Callable[["StandardNode"], list[NodeProto]]
+
+
+class NotEquivalent(ValueError):
+    """A node whose attributes or shapes have no exact standard-ONNX equivalent."""
+
+
+@dataclass(frozen=True)
+class StandardNode:
+    """What a standard-form function sees of one node: names, attributes, known shapes."""
+
+    label: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, Any]
+    input_shapes: list[Shape]
+    prefix: str
+
+    def constant(self, suffix: str, values: Any) -> tuple[str, NodeProto]:
+        """An int64 Constant node; returns (its output name, the node)."""
+        name = f"{self.prefix}_{suffix}"
+        tensor = helper.make_tensor(name, TensorProto.INT64, np.shape(values),
+                                    np.asarray(values, np.int64).ravel().tolist())
+        return name, helper.make_node("Constant", [], [name], value=tensor)
+
+    def static_dims(self, index: int, what: str) -> list[int]:
+        shape = self.input_shapes[index]
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            raise NotEquivalent(f"'{self.label}': the standard form needs static {what} "
+                                f"(input {index} has shape {shape})")
+        return list(shape)
 
 
 @dataclass(frozen=True)
@@ -145,6 +176,9 @@ class OpDefinition:
     kernel: Callable[..., Any]
     check_attributes: Callable[..., None]
     infer_shapes: ShapeFunction
+    standard_form: StandardForm | None = None
+    """Standard ONNX nodes computing the same, where an exact equivalent exists; raises
+    :class:`NotEquivalent` for the attribute values or shapes it cannot express."""
     examples: Callable[[], tuple[Example, ...]] = field(default=lambda: ())
     """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})
@@ -170,18 +204,21 @@ class OpDefinition:
                                      "is required but missing")
                 values[attribute.name] = attribute.kernel_default
                 continue
-            expected = _ATTR_TYPES[attribute.type][0]
-            if proto.type != expected:
-                raise ValueError(
-                    f"{self.name} '{label}': attribute {attribute.name} has type "
-                    f"{AttributeProto.AttributeType.Name(proto.type)}, expected "
-                    f"{AttributeProto.AttributeType.Name(expected)}")
-            values[attribute.name] = attribute_value(proto)
+            values[attribute.name] = self._typed_value(attribute, proto, label)
         if given:
             raise ValueError(f"{self.name} '{label}': unknown attribute "
                              f"{sorted(given)[0]} (known: {', '.join(self.attribute_names)})")
         self.check_attributes(node=label, **values)
         return values
+
+    def _typed_value(self, attribute: Attribute, proto: AttributeProto, label: str) -> Any:
+        expected = _ATTR_TYPES[attribute.type][0]
+        if proto.type != expected:
+            raise ValueError(
+                f"{self.name} '{label}': attribute {attribute.name} has type "
+                f"{AttributeProto.AttributeType.Name(proto.type)}, expected "
+                f"{AttributeProto.AttributeType.Name(expected)}")
+        return attribute_value(proto)
 
     @property
     def attribute_names(self) -> list[str]:
@@ -231,7 +268,7 @@ class OpDefinition:
                 raise ValueError(f"{self.name} '{label}': attribute {attribute.name} is "
                                  "required but missing")
             values[attribute.name] = (attribute.kernel_default if proto is None
-                                      else attribute_value(proto))
+                                      else self._typed_value(attribute, proto, label))
         self.check_attributes(node=label, **values)
         shapes, elem_types = [], {}
         for i, parameter in enumerate(self.inputs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 
 import numpy as np
@@ -122,7 +123,7 @@ def test_kernel_error_is_raised_and_session_keeps_working(pair):
     assert isinstance(info.value, ValueError)
     assert message.startswith(f"{definition.name} 'bad_node': ")
     assert example.error in message
-    with pytest.raises(dml_onnx.KernelError, match=example.error):
+    with pytest.raises(dml_onnx.KernelError, match=re.escape(example.error)):
         dml_onnx.ReferenceEvaluator(model).run(None, _feeds(definition, example))
     good = _twin(definition, example)  # the same session then runs valid input
     want = dml_onnx.ReferenceEvaluator(model).run(None, _feeds(definition, good))
@@ -236,20 +237,6 @@ def test_checker_rejects_wrong_attributes(definition):
             onnx.checker.check_model(bad, full_check=True)
         with pytest.raises(ValueError, match=definition.name):
             dml_onnx.InferenceSession(bad)
-
-
-@pytest.mark.parametrize("pair", ERROR_EXAMPLES, ids=_id)
-def test_strict_inference_reports_what_it_can_see(pair):
-    definition, example = pair
-    try:
-        model = single_node_model(definition, example.inputs, example.attributes,
-                                  example.outputs)
-    except ValueError as error:  # the shape function already refuses the concrete shapes
-        assert definition.name in str(error)
-        return
-    with pytest.raises((ValueError, onnx.shape_inference.InferenceError),
-                       match=definition.name):
-        onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def test_register_schemas_is_idempotent_and_reversible():

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dml_onnx.definition import OpDefinition
-from dml_onnx.ops import lp_pooling
+from dml_onnx.ops import fold, lp_pooling, roi_pooling, unfold
 
 OPERATORS: tuple[OpDefinition, ...] = (
+    roi_pooling.DEFINITION,
     lp_pooling.DEFINITION,
+    unfold.DEFINITION,
+    fold.DEFINITION,
 )
 OPERATORS_BY_NAME: dict[str, OpDefinition] = {d.name: d for d in OPERATORS}

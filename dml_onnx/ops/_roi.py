@@ -34,5 +34,5 @@ def roi_count(op: str, node: str, name: str, shape: Shape, *, row: int | None) -
 def same_dim(op: str, node: str, what: str, a: Dim, b: Dim) -> Dim:
     """Two dims that must agree: the known one, and an error when both are known and differ."""
     if isinstance(a, int) and isinstance(b, int) and a != b:
-        raise ValueError(f"{op} '{node}': {what} {a} and {b} differ")
+        raise ValueError(f"{op} '{node}': {what} disagree: {a} vs {b}")
     return a if a is not None else b

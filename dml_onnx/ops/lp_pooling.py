@@ -6,10 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto
+from onnx import NodeProto, helper
 
 from custom_ops import lp_pooling as kernel
-from dml_onnx.definition import FLOAT_TYPES, Attribute, Example, OpDefinition, Parameter, Shape
+from custom_ops._common import filled
+from dml_onnx.definition import (
+    FLOAT_TYPES,
+    Attribute,
+    Example,
+    OpDefinition,
+    Parameter,
+    Shape,
+    StandardNode,
+)
 from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
 
 
@@ -17,6 +26,16 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     window = attributes["window_size"]
     n, c, *spatial = spatial_input(kernel.OP, node, shapes[0], len(window))
     return [[n, c, *block_counts(kernel.OP, node, spatial, window, attributes)]]
+
+
+def _standard_form(node: StandardNode) -> list[NodeProto]:
+    """``LpPool`` (opset 18: dilations) with the same window, strides, pads and p."""
+    a = node.attributes
+    k = len(a["window_size"])
+    return [helper.make_node(
+        "LpPool", node.inputs, node.outputs, name=node.label, kernel_shape=a["window_size"],
+        strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
+        pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)], p=a["p"])]
 
 
 def _examples() -> tuple[Example, ...]:
@@ -56,6 +75,7 @@ DEFINITION = OpDefinition(
     kernel=kernel.lp_pooling,
     check_attributes=kernel.check_attributes,
     infer_shapes=_infer_shapes,
+    standard_form=_standard_form,
     examples=_examples,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from onnx import NodeProto
+from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import roi_align1 as kernel
 from custom_ops._common import UINT32_MAX
@@ -13,9 +13,11 @@ from dml_onnx.definition import (
     FLOAT_TYPES,
     INDEX_TYPES,
     Attribute,
+    NotEquivalent,
     OpDefinition,
     Parameter,
     Shape,
+    StandardNode,
 )
 from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
 
@@ -58,6 +60,44 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[roi_rows(kernel.OP, node, shapes), c, *attributes["output_size"]]]
 
 
+def _standard_form(node: StandardNode) -> list[NodeProto]:
+    """``RoiAlign`` (opset 16, ``half_pixel``) for the attribute values it can express."""
+    a = node.attributes
+    minimum, maximum = a["minimum_samples_per_output"], a["maximum_samples_per_output"]
+    required = {
+        "interpolation_mode": (a["interpolation_mode"], "linear"),
+        "reduction_function": (a["reduction_function"], "average"),
+        "spatial_scale_y": (a["spatial_scale_y"], a["spatial_scale_x"]),
+        "input_pixel_offset": (a["input_pixel_offset"], 0.5),
+        "output_pixel_offset": (a["output_pixel_offset"], -0.5),
+        "out_of_bounds_input_value": (a["out_of_bounds_input_value"], 0.0),
+        "align_regions_to_corners": (a["align_regions_to_corners"], 0),
+    }
+    for name, (value, wanted) in required.items():
+        if value != wanted:
+            raise NotEquivalent(f"'{node.label}': RoiAlign has no {name} {value!r} "
+                                f"(it needs {wanted!r})")
+    if minimum == maximum:
+        sampling_ratio = minimum
+    elif (minimum, maximum) == (1, UINT32_MAX):
+        sampling_ratio = 0
+    else:
+        raise NotEquivalent(f"'{node.label}': RoiAlign has no sample count clamped to "
+                            f"[{minimum}, {maximum}]")
+    rois_shape_name, rois_shape = node.constant("rois_shape", [-1, 4])
+    index_shape_name, index_shape = node.constant("index_shape", [-1])
+    p = node.prefix
+    return [rois_shape, index_shape,
+            helper.make_node("Reshape", [node.inputs[1], rois_shape_name], [f"{p}_rois"]),
+            helper.make_node("Reshape", [node.inputs[2], index_shape_name], [f"{p}_index"]),
+            helper.make_node("Cast", [f"{p}_index"], [f"{p}_index64"], to=TensorProto.INT64),
+            helper.make_node(
+                "RoiAlign", [node.inputs[0], f"{p}_rois", f"{p}_index64"], node.outputs,
+                name=node.label, mode="avg", coordinate_transformation_mode="half_pixel",
+                output_height=a["output_size"][0], output_width=a["output_size"][1],
+                sampling_ratio=sampling_ratio, spatial_scale=a["spatial_scale_x"])]
+
+
 DEFINITION = OpDefinition(
     name="RoiAlign1",
     summary="Crops each region of interest and resamples it to a fixed size "
@@ -77,6 +117,7 @@ DEFINITION = OpDefinition(
     kernel=kernel.roi_align1,
     check_attributes=kernel.check_attributes,
     infer_shapes=_infer_shapes,
+    standard_form=_standard_form,
 )
 
 

@@ -5,10 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from onnx import NodeProto
+import numpy as np
+from onnx import NodeProto, helper
 
 from custom_ops import roi_pooling as kernel
-from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
+from dml_onnx.definition import (
+    FLOAT_TYPES,
+    Attribute,
+    Example,
+    OpDefinition,
+    Parameter,
+    Shape,
+    StandardNode,
+)
 from dml_onnx.ops._roi import roi_count, spatial_image
 
 
@@ -16,6 +25,37 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     n, c, _, _ = spatial_image(kernel.OP, node, shapes[0])
     r = roi_count(kernel.OP, node, "rois", shapes[1], row=5)
     return [[r, c, *attributes["pooled_size"]]]
+
+
+def _standard_form(node: StandardNode) -> list[NodeProto]:
+    """``MaxRoiPool`` over rois reshaped to ``[R, 5]``."""
+    shape_name, shape_node = node.constant("rois_shape", [-1, 5])
+    rows = f"{node.prefix}_rois"
+    return [shape_node, helper.make_node("Reshape", [node.inputs[1], shape_name], [rows]),
+            helper.make_node("MaxRoiPool", [node.inputs[0], rows], node.outputs,
+                             name=node.label, pooled_shape=node.attributes["pooled_size"],
+                             spatial_scale=node.attributes["spatial_scale"])]
+
+
+def _examples() -> tuple[Example, ...]:
+    rng = np.random.default_rng(1)
+    ramp = np.arange(72, dtype=np.float32).reshape(1, 2, 6, 6)
+    halves = np.array([[0, 5, 5, 9, 11], [0, -1, 3, 4.9, 7], [0, 3, 1, 5, 3]], np.float32)
+    image = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    rois = np.array([[[[1, 2, 1, 6, 7], [0, -3, -3, 3, 3], [1, 9, 9, 12, 12],
+                       [0.9, 6, 5, 2, 1], [1.5, 0, 0, 7, 7]]]], np.float32)
+    return (
+        Example("half_coordinates_scale_half", (ramp, halves),
+                {"pooled_size": [2, 2], "spatial_scale": 0.5}),
+        Example("rank4_rois_outside_inverted", (image, rois), {"pooled_size": [3, 2]}),
+        Example("float64_3x5", (image.astype(np.float64), rois[0, 0].astype(np.float64)),
+                {"pooled_size": [3, 5], "spatial_scale": 1.25}),
+        Example("float16", (image.astype(np.float16), rois[0].astype(np.float16)),
+                {"pooled_size": [2, 2]}),
+        Example("zero_rois", (image, np.zeros((0, 5), np.float32)), {"pooled_size": [2, 2]}),
+        Example("batch_index_outside", (image, np.array([[2, 0, 0, 1, 1]], np.float32)),
+                {"pooled_size": [2, 2]}, error="rois[0] batch index 2 is outside [0, 2)"),
+    )
 
 
 DEFINITION = OpDefinition(
@@ -37,6 +77,8 @@ DEFINITION = OpDefinition(
     kernel=kernel.roi_pooling,
     check_attributes=kernel.check_attributes,
     infer_shapes=_infer_shapes,
+    standard_form=_standard_form,
+    examples=_examples,
 )
 
 
