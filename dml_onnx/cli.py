@@ -22,7 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("directory", nargs="?", default="models", type=Path)
     check.add_argument("--runtime", choices=("onnxruntime", "reference"), default="onnxruntime",
                        help="dml_onnx.InferenceSession (default) or dml_onnx.ReferenceEvaluator")
-    commands.add_parser("operators", help="print the operator reference (Markdown)")
+    operators = commands.add_parser("operators", help="print the operator reference (Markdown)")
+    operators.add_argument("--update", type=Path, metavar="README",
+                           help="rewrite the reference between the markers of this file instead")
     args = parser.parse_args(argv)
 
     if args.command == "write-conformance":
@@ -39,5 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"conformance: {count - len({p.split(':')[0] for p in problems})} passed, "
               f"{len({p.split(':')[0] for p in problems})} failed ({args.runtime})")
         return 1 if problems else 0
+    if args.update:
+        args.update.write_text(docs.with_reference(args.update.read_text()))
+        print(f"updated the operator reference in {args.update}")
+        return 0
     print(docs.operator_reference())
     return 0

@@ -34,3 +34,9 @@ def operator_reference() -> str:
     """The whole reference, between the README markers."""
     body = "\n\n".join(operator_doc(d) for d in OPERATORS)
     return f"{BEGIN}\n\n{body}\n\n{END}"
+
+
+def with_reference(readme: str) -> str:
+    """``readme`` with the text between the reference markers replaced by the current one."""
+    start, end = readme.index(BEGIN), readme.index(END) + len(END)
+    return readme[:start] + operator_reference() + readme[end:]
