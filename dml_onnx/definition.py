@@ -32,8 +32,10 @@ INDEX_TYPES = ("tensor(int64)", "tensor(int32)", "tensor(uint32)", "tensor(uint6
 NUMERIC_TYPES = (
     "tensor(uint8)", "tensor(uint16)", "tensor(uint32)", "tensor(uint64)",
     "tensor(int8)", "tensor(int16)", "tensor(int32)", "tensor(int64)",
-    "tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)",
+    "tensor(float16)", "tensor(float)", "tensor(double)",
 )
+"""ONNX's numeric element types that numpy represents (bfloat16 and the float8/int4 types
+have no numpy dtype, so no kernel here can take them)."""
 ANY_TYPES = (*NUMERIC_TYPES, "tensor(bool)")
 
 _ATTR_TYPES = {

@@ -7,7 +7,7 @@ before onnxruntime sees it (:func:`to_runtime_model`): every ``dml_onnx`` node b
 node of the private domain ``dml_onnx.runtime``, chosen for the node's element types, that
 
 - carries the node's attributes, defaults filled in, as one exact JSON string attribute;
-- gets float16/bfloat16 inputs through ``Cast`` to float32 and casts its outputs back;
+- gets float16 inputs through ``Cast`` to float32 and casts its outputs back;
 - receives an empty tensor for an absent optional input and a throw-away name for an absent
   optional output;
 - returns, next to each output, that output's shape, and a ``Reshape`` by this shape guards
@@ -60,8 +60,8 @@ _PYOP_TYPES = {
     TensorProto.UINT64: ("uint64", PyCustomOpDef.dt_uint64, np.uint64),
     TensorProto.BOOL: ("bool", PyCustomOpDef.dt_bool, np.bool_),
 }
-# Element types a PyOp cannot take: computed in float32 (the spec's float16 rule).
-_CAST_TO_FLOAT = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+# The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
+_CAST_TO_FLOAT = {TensorProto.FLOAT16}
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _type_params(definition: OpDefinition) -> list[str]:
 
 _TYPE_STRINGS = {f"tensor({name})": value for value, name in (
     (TensorProto.FLOAT, "float"), (TensorProto.DOUBLE, "double"),
-    (TensorProto.FLOAT16, "float16"), (TensorProto.BFLOAT16, "bfloat16"),
+    (TensorProto.FLOAT16, "float16"),
     (TensorProto.INT8, "int8"), (TensorProto.INT16, "int16"), (TensorProto.INT32, "int32"),
     (TensorProto.INT64, "int64"), (TensorProto.UINT8, "uint8"), (TensorProto.UINT16, "uint16"),
     (TensorProto.UINT32, "uint32"), (TensorProto.UINT64, "uint64"), (TensorProto.BOOL, "bool"))}

@@ -15,8 +15,14 @@ import pytest
 import dml_onnx
 from dml_onnx.conformance import example_case
 
+
+def _has_equivalent(definition, example) -> bool:
+    """Col2Im has no 1-D form: Fold in 1-D is the one example without an equivalent."""
+    return not (definition.name == "Fold" and len(example.attributes["window_sizes"]) == 1)
+
+
 CASES = [(d, e) for d in dml_onnx.OPERATORS if d.standard_form is not None
-         for e in d.examples() if not e.error]
+         for e in d.examples() if not e.error and _has_equivalent(d, e)]
 
 
 def _as_float32(definition, example):
@@ -63,8 +69,7 @@ def test_standard_form_computes_the_same(pair):
 
 def test_operators_without_an_equivalent_say_so():
     fold = dml_onnx.OPERATORS_BY_NAME["Fold"]
-    example = next(e for e in fold.examples()
-                   if not e.error and len(e.attributes["window_sizes"]) == 1)
+    example = next(e for e in fold.examples() if not e.error and not _has_equivalent(fold, e))
     model = example_case(fold, example).model
     with pytest.raises(dml_onnx.NotEquivalent, match="Col2Im needs 2 or more spatial axes"):
         dml_onnx.to_standard_model(model)
