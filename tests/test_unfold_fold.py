@@ -18,6 +18,7 @@ from custom_ops.fold import check_attributes as fold_check_attributes
 from custom_ops.fold import fold
 from custom_ops.unfold import check_attributes as unfold_check_attributes
 from custom_ops.unfold import unfold
+from dml_onnx.ops import unfold as seeds
 from tests.native import run_native
 
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -141,31 +142,13 @@ def assert_fold_matches(got, want):
 
 
 # ----------------------------------------------------------------------------------------------
-# The two DML seed examples (seeds/unfold.es.txt), typed in from the seed page.
+# The two DML seed examples (seeds/unfold.es.txt), typed in from the seed page once, in
+# dml_onnx.ops.unfold, where they are also conformance cases.
 
 SEED_INPUT = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
 
-SEED_1 = np.array([
-    [0, 1, 2, 5, 6, 7, 10, 11, 12],
-    [1, 2, 3, 6, 7, 8, 11, 12, 13],
-    [2, 3, 4, 7, 8, 9, 12, 13, 14],
-    [5, 6, 7, 10, 11, 12, 15, 16, 17],
-    [6, 7, 8, 11, 12, 13, 16, 17, 18],
-    [7, 8, 9, 12, 13, 14, 17, 18, 19],
-    [10, 11, 12, 15, 16, 17, 20, 21, 22],
-    [11, 12, 13, 16, 17, 18, 21, 22, 23],
-    [12, 13, 14, 17, 18, 19, 22, 23, 24]], dtype=np.float32)[None]
-
-SEED_2 = np.array([
-    [0, 0, 0, 0, 1, 2, 5, 6, 7, 10, 11, 12, 15, 16, 17],
-    [0, 0, 0, 1, 2, 3, 6, 7, 8, 11, 12, 13, 16, 17, 18],
-    [0, 0, 0, 2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19],
-    [0, 1, 2, 5, 6, 7, 10, 11, 12, 15, 16, 17, 20, 21, 22],
-    [1, 2, 3, 6, 7, 8, 11, 12, 13, 16, 17, 18, 21, 22, 23],
-    [2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19, 22, 23, 24],
-    [5, 6, 7, 10, 11, 12, 15, 16, 17, 20, 21, 22, 0, 0, 0],
-    [6, 7, 8, 11, 12, 13, 16, 17, 18, 21, 22, 23, 0, 0, 0],
-    [7, 8, 9, 12, 13, 14, 17, 18, 19, 22, 23, 24, 0, 0, 0]], dtype=np.float32)[None]
+SEED_1 = np.array([seeds.SEED_1], dtype=np.float32)
+SEED_2 = np.array([seeds.SEED_2], dtype=np.float32)
 
 
 def test_seed_example_1_unpadded():
