@@ -52,6 +52,14 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
                                   start, end)
 
     dtype = compute_dtype(X.dtype)
+    with np.errstate(over="ignore"):  # |x|^p beyond the type's range is inf, as the formula says
+        return _pool(X, dtype, window_size, strides, dilations, start, end, counts, p)
+
+
+def _pool(X: np.ndarray, dtype: np.dtype, window_size: Sequence[int], strides: Sequence[int],
+          dilations: Sequence[int], start: Sequence[int], end: Sequence[int],
+          counts: Sequence[int], p: int) -> np.ndarray:
+    k = len(window_size)
     magnitude = np.abs(X.astype(dtype, copy=False))
     powered = magnitude * magnitude if p == 2 else magnitude ** dtype.type(p)
     # The window sum is separable: reduce one spatial axis after the other, each over its taps.

@@ -1,0 +1,186 @@
+"""LpPooling kernel against onnxruntime's native LpPool (opset 18), a plain-loop reference
+written from the spec, and the spec's errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from custom_ops.lp_pooling import lp_pooling
+from tests.native import run_native
+
+
+def loop_reference(x: np.ndarray, window, strides, start, end, dilations, p) -> np.ndarray:
+    """Spec section 4, one output element at a time, in float64."""
+    k = len(window)
+    spatial = x.shape[2:]
+    counts = [(spatial[d] + start[d] + end[d] - dilations[d] * (window[d] - 1) - 1)
+              // strides[d] + 1 for d in range(k)]
+    out = np.zeros((*x.shape[:2], *counts))
+    for n, c in itertools.product(range(x.shape[0]), range(x.shape[1])):
+        for o in itertools.product(*(range(b) for b in counts)):
+            total = 0.0
+            for tap in itertools.product(*(range(w) for w in window)):
+                position = [o[d] * strides[d] - start[d] + tap[d] * dilations[d]
+                            for d in range(k)]
+                if all(0 <= position[d] < spatial[d] for d in range(k)):
+                    total += abs(float(x[(n, c, *position)])) ** p
+            out[(n, c, *o)] = total ** (1.0 / p)
+    return out
+
+
+def _attributes(window, strides=None, start=None, end=None, dilations=None, p=2) -> dict:
+    k = len(window)
+    return {"window_size": list(window), "strides": list(strides or [1] * k),
+            "start_padding": list(start or [0] * k), "end_padding": list(end or [0] * k),
+            "dilations": list(dilations or [1] * k), "p": p}
+
+
+def _native(x: np.ndarray, a: dict) -> np.ndarray:
+    return run_native("LpPool", [x], opset=18, kernel_shape=a["window_size"],
+                      strides=a["strides"], dilations=a["dilations"],
+                      pads=[*a["start_padding"], *a["end_padding"]], p=a["p"])[0]
+
+
+NATIVE_CASES = [
+    ((9,), (2,), (1,), (1,), (2,), 1),
+    ((10,), (3,), (0,), (2,), (3,), 4),
+    ((7, 6), (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ((8, 9), (2, 3), (0, 2), (1, 0), (2, 1), 3),
+    ((12, 10), (3, 2), (1, 0), (2, 1), (1, 3), 1),
+    ((5, 6, 7), (2, 2, 3), (1, 0, 1), (0, 1, 1), (2, 1, 2), 2),
+    ((6, 5, 4), (3, 2, 2), (0, 1, 0), (1, 0, 1), (1, 2, 1), 4),
+]
+
+
+@pytest.mark.parametrize("spatial, window, start, end, dilations, p", NATIVE_CASES)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_matches_onnxruntime_lppool(spatial, window, start, end, dilations, p, stride):
+    rng = np.random.default_rng(len(spatial) * 10 + p)
+    x = rng.standard_normal((2, 3, *spatial)).astype(np.float32)  # negatives: |x| is used
+    a = _attributes(window, [stride] * len(window), start, end, dilations, p)
+    got = lp_pooling(x, **a)
+    want = _native(x, a)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=2e-6, atol=1e-6)
+
+
+def _loop_args(a: dict) -> dict:
+    return {"window": a["window_size"], "strides": a["strides"], "start": a["start_padding"],
+            "end": a["end_padding"], "dilations": a["dilations"], "p": a["p"]}
+
+
+def test_absolute_value_not_signed_sum():
+    x = np.array([[[-1, -2, 3, -4, 5]]], np.float32)
+    got = lp_pooling(x, **_attributes([2], p=1))
+    np.testing.assert_array_equal(got, [[[3, 5, 7, 9]]])  # torch's signed sum: [-3, 1, -1, 1]
+    np.testing.assert_array_equal(got, _native(x, _attributes([2], p=1)))
+
+
+def test_padding_taps_add_nothing():
+    x = np.full((1, 1, 3), 2.0)
+    got = lp_pooling(x, **_attributes([3], start=[2], end=[2], p=1))
+    np.testing.assert_array_equal(got, [[[2, 4, 6, 4, 2]]])
+
+
+def test_empty_list_attributes_mean_the_defaults():
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    explicit = lp_pooling(x, **_attributes([2, 3]))
+    defaults = lp_pooling(x, window_size=[2, 3], strides=[], start_padding=[], end_padding=[],
+                          dilations=[], p=2)
+    np.testing.assert_array_equal(explicit, defaults)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_float16_is_computed_in_float32_and_rounded_once(p):
+    x = np.random.default_rng(p).standard_normal((2, 2, 6, 6)).astype(np.float16)
+    a = _attributes([3, 3], start=[1, 1], end=[1, 1], p=p)
+    got = lp_pooling(x, **a)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, lp_pooling(x.astype(np.float32), **a).astype(np.float16))
+
+
+def test_float64_keeps_double_precision():
+    x = np.random.default_rng(9).standard_normal((1, 2, 7)) * 1e-3
+    a = _attributes([3], dilations=[2], p=3)
+    got = lp_pooling(x, **a)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=1e-13)
+
+
+def test_huge_p_overflows_like_the_formula():
+    x = np.full((1, 1, 2), 1e10, np.float32)
+    assert np.isinf(lp_pooling(x, **_attributes([2], p=4))).all()  # (1e10)^4 > float32 max
+
+
+def test_nan_propagates():
+    x = np.zeros((1, 1, 4), np.float32)
+    x[0, 0, 1] = np.nan
+    got = lp_pooling(x, **_attributes([2]))
+    assert np.isnan(got[0, 0, :2]).all() and got[0, 0, 2] == 0
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(data=st.data(), k=st.integers(1, 3), p=st.integers(1, 4),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_property_matches_loop_reference(data, k, p, dtype):
+    window = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    dilations = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    strides = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    start = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    end = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    spatial = [data.draw(st.integers(max(1, d * (w - 1) + 1 - a - b), 7))
+               for w, d, a, b in zip(window, dilations, start, end)]
+    x = np.random.default_rng(data.draw(st.integers(0, 2**16))).standard_normal(
+        (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), *spatial)).astype(dtype)
+    a = _attributes(window, strides, start, end, dilations, p)
+    got = lp_pooling(x, **a)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=tolerance,
+                               atol=tolerance)
+
+
+ERRORS = [
+    ({"window_size": [0, 2]}, (1, 1, 4, 4), "window_size[0] 0 is below 1"),
+    ({"window_size": [2, 2, 2, 2]}, (1, 1, 4, 4, 4, 4), "window_size [2, 2, 2, 2] must have 1 "
+                                                        "to 3 values, not 4"),
+    ({"window_size": [2, 2], "strides": [1, 0]}, (1, 1, 4, 4), "strides[1] 0 is below 1"),
+    ({"window_size": [2, 2], "strides": [1]}, (1, 1, 4, 4), "strides [1] must have 2 values"),
+    ({"window_size": [2, 2], "dilations": [0, 1]}, (1, 1, 4, 4), "dilations[0] 0 is below 1"),
+    ({"window_size": [2], "start_padding": [-1]}, (1, 1, 4), "start_padding[0] -1 is below 0"),
+    ({"window_size": [2], "end_padding": [-2]}, (1, 1, 4), "end_padding[0] -2 is below 0"),
+    ({"window_size": [2], "p": 0}, (1, 1, 4), "p 0 is below 1"),
+    ({"window_size": [2, 2]}, (1, 1, 4), "X rank 3 is not 4"),
+    ({"window_size": [2]}, (4,), "X rank 1 is not 3"),
+    ({"window_size": [5]}, (1, 1, 4), "spatial axis 0 output size 0 is below 1"),
+    ({"window_size": [2], "dilations": [3]}, (1, 1, 3), "spatial axis 0 output size 0"),
+]
+
+
+@pytest.mark.parametrize("given_attributes, shape, message", ERRORS)
+def test_errors_name_operator_node_field_and_value(given_attributes, shape, message):
+    k = len(given_attributes["window_size"])
+    a = {**_attributes([1] * k), **given_attributes}
+    with pytest.raises(ValueError) as info:
+        lp_pooling(np.zeros(shape, np.float32), node="pool7", **a)
+    assert str(info.value).startswith("LpPooling 'pool7': ")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_non_float_input_is_refused(dtype):
+    with pytest.raises(ValueError, match=r"LpPooling 'n': X element type .* is not float16"):
+        lp_pooling(np.zeros((1, 1, 3), dtype), node="n", **_attributes([2]))
+
+
+def test_output_size_formula():
+    a = _attributes([3, 2], strides=[2, 3], start=[1, 0], end=[2, 1], dilations=[2, 1])
+    got = lp_pooling(np.ones((1, 1, 11, 8), np.float32), **a)
+    assert got.shape == (1, 1, (11 + 3 - 4 - 1) // 2 + 1, (8 + 1 - 1 - 1) // 3 + 1)
+    assert math.prod(got.shape) > 0
