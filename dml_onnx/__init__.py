@@ -12,6 +12,8 @@ from dml_onnx.builders import (
     fold,
     lp_pooling,
     make_model,
+    roi_align1,
+    roi_align_grad,
     roi_pooling,
     unfold,
 )
@@ -28,5 +30,6 @@ __all__ = [
     "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION", "STANDARD_OPSET",
     "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
     "deregister_schemas", "fold", "lp_pooling", "make_model", "register_runtime_ops",
-    "register_schemas", "roi_pooling", "to_runtime_model", "to_standard_model", "unfold",
+    "register_schemas", "roi_align1", "roi_align_grad", "roi_pooling", "to_runtime_model",
+    "to_standard_model", "unfold",
 ]

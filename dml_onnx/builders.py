@@ -14,6 +14,8 @@ from onnx import helper
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
 from dml_onnx.ops.fold import fold
 from dml_onnx.ops.lp_pooling import lp_pooling
+from dml_onnx.ops.roi_align1 import roi_align1
+from dml_onnx.ops.roi_align_grad import roi_align_grad
 from dml_onnx.ops.roi_pooling import roi_pooling
 from dml_onnx.ops.unfold import unfold
 
@@ -22,8 +24,8 @@ IR_VERSION = 10
 STANDARD_OPSET = 18
 """Default-domain opset the project's models import."""
 
-__all__ = ["IR_VERSION", "STANDARD_OPSET", "fold", "lp_pooling", "make_model", "roi_pooling",
-           "unfold"]
+__all__ = ["IR_VERSION", "STANDARD_OPSET", "fold", "lp_pooling", "make_model", "roi_align1",
+           "roi_align_grad", "roi_pooling", "unfold"]
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],

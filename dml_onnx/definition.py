@@ -185,6 +185,9 @@ class OpDefinition:
     """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})
     """Extra keyword arguments of the kernel derived from which outputs a node requests."""
+    check_signature: Callable[..., None] = field(default=lambda **_: None)
+    """``check_signature(node=, inputs=, outputs=, attributes=)``: rules on which optional
+    inputs and outputs a node has (lists of booleans); raises ``ValueError``."""
 
     # ----------------------------------------------------------------- attributes
     def attribute(self, name: str) -> Attribute:
@@ -242,8 +245,18 @@ class OpDefinition:
         for attribute in self.attributes:
             if attribute.name in kept:
                 node.attribute.append(_make_attribute(attribute, kept[attribute.name]))
-        self.node_attributes(node)  # validates
+        self.check_node(node)
         return node
+
+    def check_node(self, node: NodeProto) -> dict[str, Any]:
+        """Validate a node's attributes and which inputs and outputs it has; its attributes."""
+        attributes = self.node_attributes(node)
+        self.check_signature(node=node_label(node), attributes=attributes,
+                             inputs=[i < len(node.input) and bool(node.input[i])
+                                     for i in range(len(self.inputs))],
+                             outputs=[i < len(node.output) and bool(node.output[i])
+                                      for i in range(len(self.outputs))])
+        return attributes
 
     # ----------------------------------------------------------------- onnx schema
     def to_schema(self) -> OpSchema:
@@ -284,6 +297,11 @@ class OpDefinition:
             tensor = type_proto.tensor_type
             elem_types.setdefault(parameter.type, tensor.elem_type)
             shapes.append(_shape_from_proto(tensor) if tensor.HasField("shape") else None)
+        self.check_signature(node=label, attributes=values,
+                             inputs=[i < ctx.get_num_inputs() and ctx.has_input(i)
+                                     for i in range(len(self.inputs))],
+                             outputs=[k < ctx.get_num_outputs() and ctx.has_output(k)
+                                      for k in range(len(self.outputs))])
         out_shapes = self.infer_shapes(shapes, values, label)
         for k, parameter in enumerate(self.outputs):
             if k >= ctx.get_num_outputs() or not ctx.has_output(k):

@@ -22,7 +22,8 @@ def _op_class(definition: OpDefinition) -> type[OpRun]:
         present = [i < len(node.output) and bool(node.output[i])
                    for i in range(len(definition.outputs))]
         outputs = definition.run_kernel(list(inputs), attributes, node_label(node), present)
-        return tuple(outputs[:len(node.output)])
+        # onnx.reference wants a tensor even for an omitted ("") output
+        return tuple(np.zeros(0) if o is None else o for o in outputs[:len(node.output)])
 
     return type(definition.name, (OpRun,), {
         "op_domain": DOMAIN, "op_schema": definition.to_schema(), "_run": _run,

@@ -243,7 +243,7 @@ def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int]) -> li
     if definition is None:
         raise ValueError(f"{node.op_type} '{label}': no such operator in the {DOMAIN} domain "
                          f"(known: {', '.join(OPERATORS_BY_NAME)})")
-    attributes = definition.node_attributes(node)
+    attributes = definition.check_node(node)
     prefix = f"_dml_onnx_{index}"
     inputs = [node.input[i] if i < len(node.input) else "" for i in range(len(definition.inputs))]
     outputs_present = [i < len(node.output) and bool(node.output[i])

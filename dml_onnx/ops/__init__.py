@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dml_onnx.definition import OpDefinition
-from dml_onnx.ops import fold, lp_pooling, roi_pooling, unfold
+from dml_onnx.ops import fold, lp_pooling, roi_align1, roi_align_grad, roi_pooling, unfold
 
 OPERATORS: tuple[OpDefinition, ...] = (
     roi_pooling.DEFINITION,
+    roi_align1.DEFINITION,
+    roi_align_grad.DEFINITION,
     lp_pooling.DEFINITION,
     unfold.DEFINITION,
     fold.DEFINITION,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import roi_align1 as kernel
@@ -13,6 +14,7 @@ from dml_onnx.definition import (
     FLOAT_TYPES,
     INDEX_TYPES,
     Attribute,
+    Example,
     NotEquivalent,
     OpDefinition,
     Parameter,
@@ -48,6 +50,15 @@ ROI_INPUTS = (
 ROI_TYPES = {"T": FLOAT_TYPES, "TI": INDEX_TYPES}
 
 
+# The worked example of the DirectML ROI_ALIGN_GRAD page (spec sections 2 and 3).
+SEED_X = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+SEED_ROIS = np.array([[0, 0, 2, 2], [2, 0, 4, 2], [0, 2, 2, 4], [2, 2, 4, 4]], np.float32)
+SEED_BATCH = np.zeros(4, np.int64)
+SEED_ATTRIBUTES = {"output_size": [1, 3], "interpolation_mode": "nearest_neighbor",
+                   "minimum_samples_per_output": 1, "maximum_samples_per_output": 1,
+                   "input_pixel_offset": 0.5, "output_pixel_offset": 0.0}
+
+
 def roi_rows(op: str, node: str, shapes: list[Shape]) -> Any:
     """R from ``rois`` and ``batch_indices`` (the last two inputs), which must agree."""
     r = roi_count(op, node, "rois", shapes[-2], row=4)
@@ -61,7 +72,12 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
 
 
 def _standard_form(node: StandardNode) -> list[NodeProto]:
-    """``RoiAlign`` (opset 16, ``half_pixel``) for the attribute values it can express."""
+    """``RoiAlign`` (opset 16, ``half_pixel``) for the attribute values it can express.
+
+    With adaptive sampling (minimum 1, maximum 4294967295) the two agree on regions of
+    positive width and height only: RoiAlign gives 0 for an empty or inverted region, where
+    this operator samples it (``ceil(|size| / OW)`` samples, at least one).
+    """
     a = node.attributes
     minimum, maximum = a["minimum_samples_per_output"], a["maximum_samples_per_output"]
     required = {
@@ -98,6 +114,39 @@ def _standard_form(node: StandardNode) -> list[NodeProto]:
                 sampling_ratio=sampling_ratio, spatial_scale=a["spatial_scale_x"])]
 
 
+def _examples() -> tuple[Example, ...]:
+    rng = np.random.default_rng(2)
+    image = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    rois = np.array([[0.7, 1.3, 6.1, 5.4], [2.2, -1.4, 9.9, 7.6], [5.6, 6.3, 1.2, 2.7],
+                     [3, 3, 3, 3], [-4, -4, -2, -1]], np.float32)
+    batch = np.array([1, 0, 1, 0, 1], np.int64)
+    odd = {"output_size": [3, 2], "reduction_function": "max",
+           "interpolation_mode": "nearest_neighbor", "spatial_scale_x": 0.75,
+           "spatial_scale_y": 1.25, "input_pixel_offset": 0.0, "output_pixel_offset": 0.25,
+           "out_of_bounds_input_value": -1.5, "minimum_samples_per_output": 2,
+           "maximum_samples_per_output": 3, "align_regions_to_corners": 1}
+    return (
+        Example("seed_nearest", (SEED_X, SEED_ROIS, SEED_BATCH), SEED_ATTRIBUTES,
+                expected=(np.array([[[[1, 1, 2]]], [[[3, 3, 4]]], [[[9, 9, 10]]],
+                                    [[[11, 11, 12]]]], np.float32),)),
+        Example("average_half_pixel_adaptive", (image, rois, batch), {"output_size": [4, 3]}),
+        Example("average_sampling_2_scaled", (image, rois * 2, batch),
+                {"output_size": [2, 2], "spatial_scale_x": 0.5, "spatial_scale_y": 0.5,
+                 "minimum_samples_per_output": 2, "maximum_samples_per_output": 2}),
+        Example("max_nearest_corners_float64_int32",
+                (image.astype(np.float64), rois.astype(np.float64), batch.astype(np.int32)),
+                odd),
+        Example("float16_rank4_uint32", (image.astype(np.float16),
+                                         rois.astype(np.float16)[None, None],
+                                         batch.astype(np.uint32)[None]),
+                {"output_size": [2, 3], "interpolation_mode": "nearest_neighbor"}),
+        Example("zero_rois", (image, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)),
+                {"output_size": [4, 3]}),
+        Example("batch_index_outside", (image, rois[:1], np.array([2])),
+                {"output_size": [4, 3]}, error="batch_indices[0] 2 is outside [0, 2)"),
+    )
+
+
 DEFINITION = OpDefinition(
     name="RoiAlign1",
     summary="Crops each region of interest and resamples it to a fixed size "
@@ -118,6 +167,7 @@ DEFINITION = OpDefinition(
     check_attributes=kernel.check_attributes,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
+    examples=_examples,
 )
 
 
