@@ -69,12 +69,10 @@ class _Variant:
     """One PyOp: an operator at one concrete element type per type constraint."""
 
     definition: OpDefinition
-    op_type: str
     output_dtypes: tuple[np.dtype, ...]
 
 
 _VARIANTS_BY_ID: dict[int, _Variant] = {}
-_VARIANT_NAMES: set[str] = set()
 _registration_lock = threading.Lock()
 _errors = threading.local()
 
@@ -87,12 +85,9 @@ def _type_params(definition: OpDefinition) -> list[str]:
     return list(dict.fromkeys(p.type for p in (*definition.inputs, *definition.outputs)))
 
 
-_TYPE_STRINGS = {f"tensor({name})": value for value, name in (
-    (TensorProto.FLOAT, "float"), (TensorProto.DOUBLE, "double"),
-    (TensorProto.FLOAT16, "float16"),
-    (TensorProto.INT8, "int8"), (TensorProto.INT16, "int16"), (TensorProto.INT32, "int32"),
-    (TensorProto.INT64, "int64"), (TensorProto.UINT8, "uint8"), (TensorProto.UINT16, "uint16"),
-    (TensorProto.UINT32, "uint32"), (TensorProto.UINT64, "uint64"), (TensorProto.BOOL, "bool"))}
+_TYPE_STRINGS = {"tensor(float16)": TensorProto.FLOAT16,
+                 **{f"tensor({name})": elem for elem, (name, _, _) in _PYOP_TYPES.items()}}
+"""Type-constraint strings of the schemas -> ONNX element types."""
 
 
 def register_runtime_ops() -> None:
@@ -118,9 +113,8 @@ def register_runtime_ops() -> None:
                     inputs=[_PYOP_TYPES[types[p.type]][1] for p in definition.inputs],
                     outputs=outputs, attrs={"config": PyCustomOpDef.dt_string})
                 _VARIANTS_BY_ID[opdef._id] = _Variant(
-                    definition, op_type,
+                    definition,
                     tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs))
-                _VARIANT_NAMES.add(op_type)
         PyCustomOpDef.install_hooker(_invoke)
 
 
@@ -148,27 +142,41 @@ def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tu
     variant = _VARIANTS_BY_ID.get(k_id)
     if variant is None:  # somebody else's PyOp: the extension's own hook
         return _ocos._on_pyop_invocation(k_id, feed, attributes)
-    call = _parse_config(attributes["config"])
-    result: list[Any] = [k_id]
     try:
-        inputs = [array if present else None for array, present in zip(feed, call.inputs_present)]
-        outputs = call.definition.run_kernel(inputs, call.attributes, call.node,
-                                             call.outputs_present)
-        for array, dtype in zip(outputs, variant.output_dtypes):
-            array = np.zeros(0, dtype) if array is None else np.ascontiguousarray(array, dtype)
-            result += [array.shape, array, (array.ndim,), np.array(array.shape, np.int64)]
+        return (k_id, *_run_call(_parse_config(attributes["config"]), feed, variant))
     except Exception as exc:  # noqa: BLE001 - an exception here would end the process
         error = exc if isinstance(exc, KernelError) else KernelError(
-            call.definition.name, call.node, "kernel error", type(exc).__name__, f": {exc}")
+            variant.definition.name, _node_of(attributes), "kernel", type(exc).__name__,
+            f"raised: {exc}")
         if error is not exc:
             error.__cause__ = exc
         _errors.error = error
         if not getattr(_errors, "in_session", 0):
             _logger.error("%s", error)
-        result = [k_id]
+        result: list[Any] = [k_id]
         for dtype in variant.output_dtypes:  # an output the guard Reshape cannot accept
             result += [(0,), np.zeros(0, dtype), (1,), np.ones(1, np.int64)]
-    return tuple(result)
+        return tuple(result)
+
+
+def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[Any]:
+    """The kernel's outputs as the hook returns them: shape and array, for each output
+    followed by its shape as a tensor (what the guard Reshape reads)."""
+    inputs = [array if present else None for array, present in zip(feed, call.inputs_present)]
+    outputs = call.definition.run_kernel(inputs, call.attributes, call.node,
+                                         call.outputs_present)
+    result: list[Any] = []
+    for array, dtype in zip(outputs, variant.output_dtypes):
+        array = np.zeros(0, dtype) if array is None else np.ascontiguousarray(array, dtype)
+        result += [array.shape, array, (array.ndim,), np.array(array.shape, np.int64)]
+    return result
+
+
+def _node_of(attributes: dict[str, str]) -> str:
+    try:
+        return str(json.loads(attributes["config"])["node"])
+    except Exception:  # noqa: BLE001 - only for the message of another error
+        return "<unreadable config>"
 
 
 # ----------------------------------------------------------------------------- rewriting

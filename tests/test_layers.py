@@ -360,3 +360,22 @@ def test_builder_rejects_bad_attribute_values_with_a_clear_message(definition):
         builder(*names, name="n1", **{**example.attributes, attribute: value})
     assert str(info.value) == f"{definition.name} 'n1': {message}" or \
         str(info.value).startswith(f"{definition.name} 'n1': {message}")
+
+
+def test_an_unexpected_failure_inside_a_kernel_becomes_a_kernel_error(monkeypatch):
+    definition, example = EXAMPLES[0]
+    case = example_case(definition, example)
+    session = dml_onnx.InferenceSession(case.model)
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(dml_onnx.runtime, "_run_call", broken)
+    with pytest.raises(dml_onnx.KernelError) as info:
+        session.run(None, case.feeds)
+    assert str(info.value) == (f"{definition.name} '{case.model.graph.node[0].name}': kernel "
+                               "'MemoryError' raised: no room")
+    assert isinstance(info.value.__cause__, MemoryError)
+    monkeypatch.undo()
+    for got, want in zip(session.run(None, case.feeds), case.expected.values()):
+        np.testing.assert_array_equal(got, want)
