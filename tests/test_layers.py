@@ -379,3 +379,30 @@ def test_an_unexpected_failure_inside_a_kernel_becomes_a_kernel_error(monkeypatc
     monkeypatch.undo()
     for got, want in zip(session.run(None, case.feeds), case.expected.values()):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("X, dX, drois, attributes, message", [
+    ("X", None, None, {}, "requested outputs [] must include dX or drois"),
+    (None, None, "drois", {"input_shape": [1, 1, 4, 4]}, "X None is required when drois"),
+    (None, "dX", None, {"input_shape": [1, 1, 4, 4], "reduction_function": "max"},
+     "X None is required when drois is requested or reduction_function is 'max'"),
+    (None, "dX", None, {}, "input_shape [] is required when X is omitted"),
+])
+def test_roi_align_grad_optional_inputs_and_outputs_are_checked_everywhere(X, dX, drois,
+                                                                          attributes, message):
+    with pytest.raises(ValueError, match=re.escape(f"RoiAlignGrad 'g': {message}")):
+        dml_onnx.roi_align_grad(X, "dY", "rois", "batch_indices", dX, drois, name="g",
+                                **attributes)
+    # the same node written by hand reaches the checker and the session
+    node = helper.make_node("RoiAlignGrad", [X or "", "dY", "rois", "batch_indices"],
+                            [dX or "", drois or ""], name="g", domain=dml_onnx.DOMAIN,
+                            **attributes)
+    float4 = [helper.make_tensor_value_info(n, 1, [None] * 4) for n in ("X", "dY")]
+    model = dml_onnx.make_model(
+        [node], [*float4, helper.make_tensor_value_info("rois", 1, [None, 4]),
+                 helper.make_tensor_value_info("batch_indices", 7, [None])],
+        [helper.make_tensor_value_info(n, 1, None) for n in (dX, drois) if n])
+    with pytest.raises((ValueError, onnx.shape_inference.InferenceError), match="RoiAlignGrad"):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dml_onnx.InferenceSession(model)
