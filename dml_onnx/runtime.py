@@ -10,9 +10,10 @@ node of the private domain ``dml_onnx.runtime``, chosen for the node's element t
 - gets float16 inputs through ``Cast`` to float32 and casts its outputs back;
 - receives an empty tensor for an absent optional input and a throw-away name for an absent
   optional output;
-- returns, next to each output, that output's shape, and a ``Reshape`` by this shape guards
-  the output: after a failed kernel the shapes disagree, so onnxruntime fails the run instead
-  of handing back a wrong tensor.
+- returns, next to each output, that output's shape; in a model for plain onnxruntime sessions
+  a ``Reshape`` by this shape guards the output: after a failed kernel the shapes disagree, so
+  onnxruntime fails the run instead of handing back a wrong tensor. (:class:`InferenceSession`
+  checks every run itself and leaves the guards out: on a graph output they cost a copy.)
 
 The invocation hook passes numpy arrays both ways (no lists) and never lets an exception escape:
 it keeps the error for the calling thread, and :class:`InferenceSession` raises it from
@@ -180,12 +181,14 @@ def _node_of(attributes: dict[str, str]) -> str:
 
 
 # ----------------------------------------------------------------------------- rewriting
-def to_runtime_model(model: onnx.ModelProto) -> onnx.ModelProto:
+def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True) -> onnx.ModelProto:
     """The model with every ``dml_onnx`` node replaced by its onnxruntime-extensions form.
 
     Raises ``ValueError`` naming operator, node and field for invalid attributes or inputs
     whose element type is not allowed. The result runs in a plain ``onnxruntime`` session
     whose options registered ``onnxruntime_extensions.get_library_path()``, in this process.
+    ``guard=False`` leaves out the guard nodes that make such a session fail after a failed
+    kernel; only for callers that check :func:`take_error` after every run.
     """
     register_schemas()
     register_runtime_ops()
@@ -197,7 +200,7 @@ def to_runtime_model(model: onnx.ModelProto) -> onnx.ModelProto:
     del result.graph.node[:]
     for index, node in enumerate(model.graph.node):
         if node.domain == DOMAIN:
-            result.graph.node.extend(_rewrite(node, index, elem_types))
+            result.graph.node.extend(_rewrite(node, index, elem_types, guard))
         else:
             result.graph.node.append(node)
     imports = {o.domain: o for o in result.opset_import}
@@ -245,7 +248,8 @@ def _element_types(graph: onnx.GraphProto) -> dict[str, int]:
     return types
 
 
-def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int]) -> list:
+def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int],
+             guard: bool) -> list:
     definition = OPERATORS_BY_NAME.get(node.op_type)
     label = node_label(node)
     if definition is None:
@@ -307,10 +311,15 @@ def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int]) -> li
         target = node.output[k]
         original = types.get(parameter.type, runtime_types[parameter.type])
         checked = f"{raw}_checked" if original != runtime_types[parameter.type] else target
-        guards.append(helper.make_node(
-            "Reshape", [raw, shape], [checked],
-            name=f"{definition.name} '{label}' output {parameter.name} (fails when the "
-                 "kernel failed; the dml_onnx logger has the reason)"))
+        if guard:
+            guards.append(helper.make_node(
+                "Reshape", [raw, shape], [checked],
+                name=f"{definition.name} '{label}' output {parameter.name} (fails when the "
+                     "kernel failed; the dml_onnx logger has the reason)"))
+        elif checked == target:
+            kernel_outputs[-2] = target
+        else:
+            checked = raw
         if checked != target:
             guards.append(helper.make_node("Cast", [checked], [target], to=original))
     variant = _variant_name(definition, runtime_types)
@@ -344,7 +353,7 @@ class InferenceSession:
                  sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
-        model = to_runtime_model(load_model(path_or_bytes))
+        model = to_runtime_model(load_model(path_or_bytes), guard=False)
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
@@ -365,13 +374,13 @@ class InferenceSession:
         try:
             outputs = self._session.run(output_names, input_feed, run_options)
         except Exception as exc:
-            error = _take_error()
+            error = take_error()
             if error is None:
                 raise
             raise error from error.__cause__ or exc
         finally:
             _errors.in_session -= 1
-        error = _take_error()
+        error = take_error()
         if error is not None:
             raise error
         return outputs
@@ -392,6 +401,7 @@ def _register_extensions_library(options: ort.SessionOptions) -> None:
         options.add_session_config_entry(_REGISTERED_KEY, "1")
 
 
-def _take_error() -> KernelError | None:
+def take_error() -> KernelError | None:
+    """The error of the last failed kernel run by this thread since the last call, if any."""
     error, _errors.error = getattr(_errors, "error", None), None
     return error
