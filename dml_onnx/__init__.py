@@ -6,19 +6,9 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 """
 
 from custom_ops import KernelError
-from dml_onnx.builders import (
-    IR_VERSION,
-    STANDARD_OPSET,
-    fold,
-    lp_pooling,
-    make_model,
-    roi_align1,
-    roi_align_grad,
-    roi_pooling,
-    unfold,
-)
+from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, make_model
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
-from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
+from dml_onnx.ops import BUILDERS, OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import InferenceSession, register_runtime_ops, to_runtime_model
 from dml_onnx.schemas import deregister_schemas, register_schemas
@@ -26,10 +16,11 @@ from dml_onnx.standard import NotEquivalent, to_standard_model
 
 __version__ = "0.1.0"
 
+globals().update(BUILDERS)  # roi_pooling, roi_align1, ... : one per operator of the table
+
 __all__ = [
-    "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION", "STANDARD_OPSET",
-    "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
-    "deregister_schemas", "fold", "lp_pooling", "make_model", "register_runtime_ops",
-    "register_schemas", "roi_align1", "roi_align_grad", "roi_pooling", "to_runtime_model",
-    "to_standard_model", "unfold",
+    "BUILDERS", "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION",
+    "STANDARD_OPSET", "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
+    "deregister_schemas", "make_model", "register_runtime_ops", "register_schemas",
+    "to_runtime_model", "to_standard_model", *BUILDERS,
 ]

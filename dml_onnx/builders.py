@@ -1,7 +1,8 @@
 """Graph builders: one function per operator returning a NodeProto, and ``make_model``.
 
-The per-operator functions live beside their definitions in ``dml_onnx.ops``; they validate
-attributes at build time and raise ``ValueError`` naming the operator, node, field and value.
+The per-operator functions live beside their definitions in ``dml_onnx.ops`` and are exported
+here from the operator table (``dml_onnx.roi_pooling`` ...); they validate attributes at build
+time and raise ``ValueError`` naming the operator, node, field and value.
 """
 
 from __future__ import annotations
@@ -12,20 +13,15 @@ import onnx
 from onnx import helper
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
-from dml_onnx.ops.fold import fold
-from dml_onnx.ops.lp_pooling import lp_pooling
-from dml_onnx.ops.roi_align1 import roi_align1
-from dml_onnx.ops.roi_align_grad import roi_align_grad
-from dml_onnx.ops.roi_pooling import roi_pooling
-from dml_onnx.ops.unfold import unfold
+from dml_onnx.ops import BUILDERS
 
 IR_VERSION = 10
 """IR version of the models the project writes (onnxruntime >= 1.16 reads it)."""
 STANDARD_OPSET = 18
 """Default-domain opset the project's models import."""
 
-__all__ = ["IR_VERSION", "STANDARD_OPSET", "fold", "lp_pooling", "make_model", "roi_align1",
-           "roi_align_grad", "roi_pooling", "unfold"]
+globals().update(BUILDERS)
+__all__ = ["IR_VERSION", "STANDARD_OPSET", "make_model", *BUILDERS]
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],

@@ -1,16 +1,22 @@
-"""The operator table: one entry per operator drives registration, docs and tests."""
+"""The operator table: one entry per operator drives registration, builders, docs and tests.
+
+Each entry is the operator's module in this package: its ``DEFINITION`` and its builder, a
+function named like the module.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+from onnx import NodeProto
 
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import fold, lp_pooling, roi_align1, roi_align_grad, roi_pooling, unfold
 
-OPERATORS: tuple[OpDefinition, ...] = (
-    roi_pooling.DEFINITION,
-    roi_align1.DEFINITION,
-    roi_align_grad.DEFINITION,
-    lp_pooling.DEFINITION,
-    unfold.DEFINITION,
-    fold.DEFINITION,
-)
+_MODULES = (roi_pooling, roi_align1, roi_align_grad, lp_pooling, unfold, fold)
+
+OPERATORS: tuple[OpDefinition, ...] = tuple(m.DEFINITION for m in _MODULES)
 OPERATORS_BY_NAME: dict[str, OpDefinition] = {d.name: d for d in OPERATORS}
+BUILDERS: dict[str, Callable[..., NodeProto]] = {
+    name: getattr(m, name) for m in _MODULES for name in [m.__name__.rpartition(".")[2]]}
+"""Builder functions by name (``roi_pooling`` ...), exported by ``dml_onnx``."""
