@@ -53,7 +53,9 @@ def test_committed_conformance_models_are_current_and_pass(tmp_path):
     assert committed == sorted(c.name for c in cases), "run: dml-onnx write-conformance models"
     for case in cases:
         stored = conformance.load_case(ROOT / "models" / case.name)
-        assert stored.model == case.model
+        assert stored.model.graph == case.model.graph
+        assert stored.model.ir_version == case.model.ir_version
+        assert list(stored.model.opset_import) == list(case.model.opset_import)
         assert list(stored.feeds) == list(case.feeds)
         for name in case.feeds:
             np.testing.assert_array_equal(stored.feeds[name], case.feeds[name])
