@@ -390,9 +390,3 @@ def known(dim: Dim) -> bool:
 def product(dims: Sequence[Dim]) -> Dim:
     """The product of dims, or None when one is not known."""
     return math.prod(dims) if all(known(d) for d in dims) else None
-
-
-def check_rank(op: str, node: str, name: str, shape: Shape, ranks: Sequence[int]) -> None:
-    if shape is not None and len(shape) not in ranks:
-        raise ValueError(f"{op} '{node}': {name} rank {len(shape)} is not one of "
-                         f"{', '.join(map(str, ranks))}")

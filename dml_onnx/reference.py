@@ -8,7 +8,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator as _OnnxReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from dml_onnx.definition import DOMAIN, OpDefinition, attribute_value, node_label
+from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.ops import OPERATORS
 
 
@@ -17,8 +17,7 @@ def _op_class(definition: OpDefinition) -> type[OpRun]:
 
     def _run(self: OpRun, *inputs: np.ndarray | None, **_: Any) -> tuple:
         node = self.onnx_node
-        attributes = {a.name: a.kernel_default for a in definition.attributes}
-        attributes.update({a.name: attribute_value(a) for a in node.attribute})
+        attributes = definition.node_attributes(node)
         present = [i < len(node.output) and bool(node.output[i])
                    for i in range(len(definition.outputs))]
         outputs = definition.run_kernel(list(inputs), attributes, node_label(node), present)

@@ -39,12 +39,12 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
 
 from custom_ops import KernelError
+from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.schemas import register_schemas
 
 RUNTIME_DOMAIN = "dml_onnx.runtime"
-DEFAULT_OPSET = 18
 _logger = logging.getLogger("dml_onnx")
 
 # ONNX element type -> (name in op types, PyOp type code, numpy dtype) of the types PyOps take.
@@ -205,7 +205,7 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True) -> onnx.Mode
             result.graph.node.append(node)
     imports = {o.domain: o for o in result.opset_import}
     if "" not in imports and "ai.onnx" not in imports:
-        result.opset_import.append(helper.make_opsetid("", DEFAULT_OPSET))
+        result.opset_import.append(helper.make_opsetid("", STANDARD_OPSET))
     if RUNTIME_DOMAIN not in imports:
         result.opset_import.append(helper.make_opsetid(RUNTIME_DOMAIN, 1))
     return result

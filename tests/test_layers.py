@@ -199,6 +199,11 @@ def test_kernel_signature_matches_the_definition(definition):
     assert set(keyword_only) == {*definition.attribute_names, *options, "node"}
     positional = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
     assert positional == [p.name for p in definition.inputs]
+    for attribute in definition.attributes:  # a kernel default must be the spec default
+        default = parameters[attribute.name].default
+        if default is not inspect.Parameter.empty:
+            wanted = attribute.kernel_default
+            assert (list(default) if attribute.type == "ints" else default) == wanted
 
 
 @pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
