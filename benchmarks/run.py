@@ -132,7 +132,7 @@ def main() -> None:
         ours_ms = median_ms(lambda: ours.run(None, feeds), args.repeat)  # noqa: B023
         peers = []
         if definition.standard_form is not None:
-            standard = dml_onnx.to_standard_model(model)
+            standard = dml_onnx.lower_model(model)
             ops = "+".join(dict.fromkeys(n.op_type for n in standard.graph.node
                                          if n.op_type != "Constant"))
             session = ort.InferenceSession(standard.SerializeToString(),

@@ -1,11 +1,15 @@
 """Pieces shared by the kernels: the error type, attribute checks, rounding, window geometry.
 
 Plain numpy only. Every check raises :class:`KernelError` with the message shape the spec asks
-for: ``"<Op> '<node>': <field> <value> <rule>"``.
+for: ``"<Op> '<node>': <field> <value> <rule>"``. The process-wide memory limit lives here too
+(:func:`memory_limit`, :func:`set_memory_limit`, :func:`check_memory`): kernels cannot import
+``dml_onnx``.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -153,3 +157,72 @@ def check_float_input(op: str, node: str, name: str, array: np.ndarray) -> None:
     if array.dtype not in (np.float16, np.float32, np.float64):
         raise KernelError(op, node, f"{name} element type", array.dtype.name,
                           "is not float16, float32 or float64")
+
+
+# --------------------------------------------------------------------------- memory limit
+MEMORY_FRACTION = 0.25
+"""Share of the available memory (measured when the limit is first needed) that the default
+limit allows one array: an output also gets copied into onnxruntime's buffer, and a kernel holds
+temporaries beside it."""
+_FALLBACK_AVAILABLE = 8 << 30  # bytes assumed available where the system does not say
+
+_limit_setting: int | None = None  # None: the default
+_default_limit: int | None = None
+
+
+def available_memory() -> int:
+    """Bytes available for new allocations: Linux ``MemAvailable``, else the free (or all)
+    physical pages from ``os.sysconf``, else 8 GiB."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            continue
+    return _FALLBACK_AVAILABLE
+
+
+def memory_limit() -> int:
+    """The most bytes that one output or temporary array of one kernel call may take.
+
+    Default: :data:`MEMORY_FRACTION` of :func:`available_memory` when first asked.
+    """
+    global _default_limit
+    if _limit_setting is not None:
+        return _limit_setting
+    if _default_limit is None:
+        _default_limit = int(available_memory() * MEMORY_FRACTION)
+    return _default_limit
+
+
+def set_memory_limit(limit: int | None) -> int | None:
+    """Set the process-wide memory limit in bytes (``None``: the default again).
+
+    Returns the previous setting, so that ``set_memory_limit(previous)`` restores it.
+    """
+    global _limit_setting
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise ValueError(f"memory limit {limit!r} is not a number of bytes >= 0 or None")
+    previous, _limit_setting = _limit_setting, limit
+    return previous
+
+
+def check_memory(op: str, node: str, field: str, shape: Sequence[int],
+                 dtype: np.dtype | type) -> None:
+    """Raise :class:`KernelError` when an array of ``shape`` and ``dtype`` would take more
+    than :func:`memory_limit` bytes. Call it before allocating; ``field`` names the array
+    (``"output Y"``, ``"temporary padded X"``)."""
+    dtype = np.dtype(dtype)
+    size = math.prod(int(d) for d in shape) * dtype.itemsize
+    limit = memory_limit()
+    if size > limit:
+        raise KernelError(op, node, field, [int(d) for d in shape],
+                          f"of {dtype.name} needs {size} bytes, above the memory limit of "
+                          f"{limit} bytes (dml_onnx.set_memory_limit)")

@@ -72,15 +72,27 @@ class _Plan(NamedTuple):
     in_place: bool  # one phase, the output itself: strides all 1 and lines O_k long
 
 
+def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...],
+              dilations: tuple[int, ...], start_padding: tuple[int, ...],
+              end_padding: tuple[int, ...],
+              output_size: tuple[int, ...]) -> tuple[WindowGeometry, tuple[int, ...]]:
+    """Check the attributes; the window geometry over ``output_size``, and ``output_size``.
+
+    Cheap, unlike :func:`_plan` (one entry per window tap): attribute checks use this alone.
+    """
+    window = window_attributes(OP, node, window_sizes, strides, dilations, start_padding,
+                               end_padding)[0]
+    output = check_ints(OP, node, "output_size", output_size, minimum=0, length=len(window))
+    return window_geometry(OP, node, output, window_sizes, strides, dilations, start_padding,
+                           end_padding), output
+
+
 @lru_cache(maxsize=256)
 def _plan(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...],
           dilations: tuple[int, ...], start_padding: tuple[int, ...],
           end_padding: tuple[int, ...], output_size: tuple[int, ...]) -> _Plan:
-    window = window_attributes(OP, node, window_sizes, strides, dilations, start_padding,
-                               end_padding)[0]
-    output = check_ints(OP, node, "output_size", output_size, minimum=0, length=len(window))
-    g = window_geometry(OP, node, output, window_sizes, strides, dilations, start_padding,
-                        end_padding)
+    g, output = _geometry(node, window_sizes, strides, dilations, start_padding, end_padding,
+                          output_size)
     by_axis = []  # per axis: [(residue, [(tap, shift), ...]), ...]
     for w, s, d, a in zip(g.window, g.strides, g.dilations, g.start_padding):
         by_residue: dict[int, list[tuple[int, int]]] = {}
@@ -122,8 +134,8 @@ def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequenc
                      dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
                      end_padding: Sequence[int] = (), output_size: Sequence[int]) -> None:
     """Check the attribute-only rules, including a block count below 1 over ``output_size``."""
-    _plan(node, *map(as_ints, (window_sizes, strides, dilations, start_padding, end_padding,
-                               output_size)))
+    _geometry(node, *map(as_ints, (window_sizes, strides, dilations, start_padding,
+                                   end_padding, output_size)))
 
 
 def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
@@ -132,30 +144,33 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
          ) -> np.ndarray:
     """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
     X = np.asarray(X)
-    plan = _plan(node, *map(as_ints, (window_sizes, strides, dilations, start_padding,
-                                      end_padding, output_size)))
+    attributes = tuple(map(as_ints, (window_sizes, strides, dilations, start_padding,
+                                     end_padding, output_size)))
+    geometry, output = _geometry(node, *attributes)
     check_rank(OP, node, "X", X, (3,))
     if X.dtype.kind not in "iuf":
         raise KernelError(OP, node, "X element type", X.dtype.name,
                           "is not an integer or float16/32/64 type")
     n, rows, length = X.shape
-    taps = math.prod(plan.geometry.window)
+    taps = math.prod(geometry.window)
     if rows % taps:
         raise KernelError(OP, node, "X dim 1", rows,
                           f"is not a multiple of prod(window_sizes) {taps}")
-    blocks = math.prod(plan.geometry.blocks)
+    blocks = math.prod(geometry.blocks)
     if length != blocks:
         raise KernelError(OP, node, "X dim 2", length,
-                          f"is not the block count {blocks} of output_size {list(plan.output)}")
+                          f"is not the block count {blocks} of output_size {list(output)}")
     c = rows // taps
     accumulate = np.dtype(np.float32) if X.dtype == np.float16 else X.dtype
-    Y = np.zeros((n * c, *plan.output), dtype=accumulate)
-    if Y.size and plan.phases:
-        _fold_into(Y, X.reshape(n * c, taps, length), plan)
+    Y = np.zeros((n * c, *output), dtype=accumulate)
+    if Y.size:  # the plan has an entry per tap: build it only for X's taps (X is not empty)
+        plan = _plan(node, *attributes)
+        if plan.phases:
+            _fold_into(Y, X.reshape(n * c, taps, length), plan)
     if accumulate == X.dtype:
-        return Y.reshape(n, c, *plan.output)
+        return Y.reshape(n, c, *output)
     with np.errstate(over="ignore"):  # float16: sums beyond its range round to +-inf
-        return Y.reshape(n, c, *plan.output).astype(X.dtype)
+        return Y.reshape(n, c, *output).astype(X.dtype)
 
 
 def _fold_into(Y: np.ndarray, X: np.ndarray, plan: _Plan) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from custom_ops._common import (
     check_float_input,
     check_int,
+    check_memory,
     check_rank,
     check_window_attributes,
     compute_dtype,
@@ -52,6 +53,8 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
                                   start, end)
 
     dtype = compute_dtype(X.dtype)
+    check_memory(OP, node, "temporary padded |X|^p",  # bounds every axis's padded sums
+                 (*X.shape[:2], *(d + a + b for d, a, b in zip(X.shape[2:], start, end))), dtype)
     with np.errstate(over="ignore"):  # |x|^p beyond the type's range is inf, as the formula says
         return _pool(X, dtype, window_size, strides, dilations, start, end, counts, p)
 

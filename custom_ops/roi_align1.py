@@ -42,6 +42,7 @@ from custom_ops._common import (
     check_float_input,
     check_int,
     check_ints,
+    check_memory,
     check_rank,
     compute_dtype,
 )
@@ -224,6 +225,8 @@ class Plan:
             cost = cost + copies * (oh * h + ow * w)
         if rows:
             cost = cost + copies * (self.n_y * oh * h + self.n_x * ow * w)
+        check_memory(self.op, self.node, "temporary weight matrices of one region",
+                     (int(cost.max(initial=0)),), np.float64)
         ends = np.cumsum(cost)
         start, total = 0, len(cost)
         while start < total:

@@ -28,6 +28,7 @@ from custom_ops._common import (
     check_finite,
     check_float_input,
     check_ints,
+    check_memory,
     check_rank,
     compute_dtype,
     round_half_away,
@@ -75,6 +76,8 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
 
     batch = _batch_indices(rois[:, 0], n, node)
     x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
+    check_memory(OP, node, "temporary bin edges", (max(len(rois), 1), max(ph_count, pw_count)),
+                 np.int64)
     hs, he = _bins(y1, y2, ph_count, h)
     ws, we = _bins(x1, x2, pw_count, w)
 

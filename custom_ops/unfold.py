@@ -28,6 +28,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from custom_ops._common import (
     KernelError,
+    check_memory,
     check_rank,
     check_window_attributes,
     filled,
@@ -135,6 +136,7 @@ def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int]
                    for b, s, w, d in zip(blocks, strides, window, dilations))
     if any(start) or any(e > size for e, size in zip(extent, spatial)):
         # zero-pad into a buffer of that extent
+        check_memory(OP, node, "temporary padded X", (n, c, *extent), X.dtype)
         source = np.zeros((n, c, *extent), dtype=X.dtype)
         kept = [max(0, min(size, e - a)) for size, e, a in zip(spatial, extent, start)]
         source[(..., *(slice(a, a + m) for a, m in zip(start, kept)))] = \

@@ -8,11 +8,12 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 from custom_ops import KernelError
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, make_model
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
+from dml_onnx.form import NotEquivalent
 from dml_onnx.ops import BUILDERS, OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import InferenceSession, register_runtime_ops, to_runtime_model
 from dml_onnx.schemas import deregister_schemas, register_schemas
-from dml_onnx.standard import NotEquivalent, to_standard_model
+from dml_onnx.standard import lower_model, with_functions
 
 __version__ = "0.1.0"
 
@@ -22,5 +23,5 @@ __all__ = [
     "BUILDERS", "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION",
     "STANDARD_OPSET", "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
     "deregister_schemas", "make_model", "register_runtime_ops", "register_schemas",
-    "to_runtime_model", "to_standard_model", *BUILDERS,
+    "lower_model", "to_runtime_model", "with_functions", *BUILDERS,
 ]

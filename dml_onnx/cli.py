@@ -1,49 +1,146 @@
-"""The ``dml-onnx`` command (also ``python -m dml_onnx``)."""
+"""The ``dml-onnx`` command (also ``python -m dml_onnx``).
+
+Sub-commands: ``conformance export|run``, ``lower``, ``raise``, ``check`` and ``operators``;
+``dml-onnx <command> --help`` describes each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import onnx
+
 from dml_onnx import conformance, docs
+from dml_onnx.raising import raise_model
+from dml_onnx.standard import lower_model
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="dml-onnx", description="DirectML operators as the ONNX domain dml_onnx.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    write = commands.add_parser("write-conformance",
-                                help="write the conformance models and their test data")
-    write.add_argument("directory", nargs="?", default="models", type=Path)
-    check = commands.add_parser(
-        "check-conformance", help="run the conformance models and compare with their data")
-    check.add_argument("directory", nargs="?", default="models", type=Path)
-    check.add_argument("--runtime", choices=("onnxruntime", "reference"), default="onnxruntime",
-                       help="dml_onnx.InferenceSession (default) or dml_onnx.ReferenceEvaluator")
-    operators = commands.add_parser("operators", help="print the operator reference (Markdown)")
-    operators.add_argument("--update", type=Path, metavar="README",
-                           help="rewrite the reference between the markers of this file instead")
-    args = parser.parse_args(argv)
+def _conformance_export(args: argparse.Namespace) -> int:
+    folders = conformance.export_suite(args.directory)
+    print(f"wrote {len(folders)} conformance cases to {args.directory}")
+    return 0
 
-    if args.command == "write-conformance":
-        folders = conformance.write_suite(args.directory)
-        print(f"wrote {len(folders)} conformance cases to {args.directory}")
-        return 0
-    if args.command == "check-conformance":
-        if not any(args.directory.glob("test_*")):
-            print(f"no conformance cases (test_*) in {args.directory}", file=sys.stderr)
-            return 2
-        count, problems = conformance.check_suite(args.directory, runtime=args.runtime)
-        for problem in problems:
-            print(problem)
-        print(f"conformance: {count - len({p.split(':')[0] for p in problems})} passed, "
-              f"{len({p.split(':')[0] for p in problems})} failed ({args.runtime})")
-        return 1 if problems else 0
+
+def _conformance_run(args: argparse.Namespace) -> int:
+    if not any(args.directory.glob("test_*")):
+        print(f"no conformance cases (test_*) in {args.directory}", file=sys.stderr)
+        return 2
+
+    def progress(done: int, total: int, outcome: conformance.Outcome) -> None:
+        status = "ok" if outcome.passed else "FAILED"
+        if not args.quiet or not outcome.passed:
+            print(f"[{done}/{total}] {outcome.case} {status}", file=sys.stderr, flush=True)
+
+    outcomes = conformance.run_suite(args.directory, providers=args.providers,
+                                     runtime=args.runtime, progress=progress)
+    failed = [o for o in outcomes if not o.passed]
+    for outcome in failed:
+        for problem in outcome.problems:
+            print(f"{outcome.case}: {problem}")
+    print(conformance.summary_table(outcomes))
+    print(f"conformance: {len(outcomes) - len(failed)} passed, {len(failed)} failed "
+          f"(dml_onnx models: {args.runtime}; standard models: {', '.join(args.providers)})")
+    return 1 if failed else 0
+
+
+def _lower(args: argparse.Namespace) -> int:
+    model = lower_model(onnx.load(args.input), native=not args.decompose)
+    onnx.save(model, args.output)
+    print(f"wrote {args.output}: {len(model.graph.node)} standard nodes")
+    return 0
+
+
+def _raise(args: argparse.Namespace) -> int:
+    result = raise_model(onnx.load(args.input), positive_rois=args.positive_rois,
+                         functions=not args.no_functions)
+    onnx.save(result.model, args.output)
+    for name in result.raised:
+        print(f"raised {name}")
+    for name, reason in result.kept.items():
+        print(f"kept {name}: {reason}")
+    print(f"wrote {args.output}: {len(result.raised)} raised, {len(result.kept)} kept")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from dml_onnx.check import check_model
+
+    problems = check_model(args.model)
+    for problem in problems:
+        print(problem)
+    print(f"{args.model}: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _operators(args: argparse.Namespace) -> int:
     if args.update:
         args.update.write_text(docs.with_reference(args.update.read_text()))
         print(f"updated the operator reference in {args.update}")
         return 0
     print(docs.operator_reference())
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dml-onnx", description="DirectML operators as the ONNX domain dml_onnx.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    suite = commands.add_parser("conformance", help="the conformance suite").add_subparsers(
+        dest="action", required=True)
+    export = suite.add_parser("export", help="write the conformance models and test data")
+    export.add_argument("directory", nargs="?", default="models", type=Path)
+    export.set_defaults(handler=_conformance_export)
+    run = suite.add_parser("run", help="run every conformance case and compare its outputs")
+    run.add_argument("directory", nargs="?", default="models", type=Path)
+    run.add_argument("--providers", nargs="+", default=["CPUExecutionProvider"],
+                     metavar="PROVIDER",
+                     help="onnxruntime execution providers for the standard (expanded) "
+                          "models, e.g. DmlExecutionProvider CPUExecutionProvider")
+    run.add_argument("--runtime", choices=("onnxruntime", "reference"), default="onnxruntime",
+                     help="what runs the dml_onnx models: dml_onnx.InferenceSession "
+                          "(default) or dml_onnx.ReferenceEvaluator")
+    run.add_argument("--quiet", action="store_true", help="report failed cases only")
+    run.set_defaults(handler=_conformance_run)
+
+    lower = commands.add_parser("lower", help="rewrite every dml_onnx node into standard ops")
+    lower.add_argument("input", type=Path)
+    lower.add_argument("output", type=Path)
+    lower.add_argument("--decompose", action="store_true",
+                       help="exact decompositions even where a native op fits")
+    lower.set_defaults(handler=_lower)
+
+    raising = commands.add_parser(
+        "raise", help="rewrite standard MaxRoiPool, RoiAlign, LpPool and Col2Im nodes into "
+                      "dml_onnx nodes where exactly equivalent")
+    raising.add_argument("input", type=Path)
+    raising.add_argument("output", type=Path)
+    raising.add_argument("--positive-rois", action="store_true",
+                         help="every RoiAlign ROI has a positive width and height (makes "
+                              "sampling_ratio 0 exact)")
+    raising.add_argument("--no-functions", action="store_true",
+                         help="leave out the standard-op functions of the new nodes")
+    raising.set_defaults(handler=_raise)
+
+    check = commands.add_parser("check", help="validate every dml_onnx node of a model")
+    check.add_argument("model", type=Path)
+    check.set_defaults(handler=_check)
+
+    operators = commands.add_parser("operators", help="print the operator reference (Markdown)")
+    operators.add_argument("--update", type=Path, metavar="README",
+                           help="rewrite the reference between the markers of this file instead")
+    operators.set_defaults(handler=_operators)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except (OSError, ValueError, onnx.checker.ValidationError) as error:
+        print(f"dml-onnx {args.command}: {error}", file=sys.stderr)
+        return 1

@@ -1,41 +1,41 @@
 """The conformance suite: every operator example as an ONNX backend-style test case.
 
-Layout (what ``onnx_test_runner`` and ``onnx.backend.test`` read)::
+Layout (what onnxruntime's ``onnx_test_runner`` and ``onnx.backend.test`` read)::
 
-    models/test_<op>_<example>/model.onnx
+    models/test_<op>_<example>/model.onnx                 the dml_onnx node, with its
+                                                          standard form as a local function
     models/test_<op>_<example>/test_data_set_0/input_<i>.pb, output_<k>.pb
+    models/test_<op>_<example>/config.txt                 float tolerances, where needed
+    models/test_<op>_<example>_expanded/...               the same with standard ops only
 
 Expected outputs are the example's independently known values where it has them (the seed
-examples), otherwise what this package computes; the suite pins them so that another runtime
-(the DirectML execution provider, say) or a later version can be compared against them.
+examples), otherwise what the kernels compute. Each case imports the default-domain opset at
+which the DirectML execution provider registers the native op its standard form uses (16:
+MaxRoiPool-1, RoiAlign-16, LpPool-11; 18: Col2Im-18), so ``onnx_test_runner -e dml models``
+checks what DirectML computes against the kernels here.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from dml_onnx.builders import make_model
-from dml_onnx.definition import Example, OpDefinition
+from dml_onnx.builders import STANDARD_OPSET, make_model
+from dml_onnx.definition import DOMAIN, Example, OpDefinition
+from dml_onnx.form import DIRECTML_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import InferenceSession
-
-
-@dataclass(frozen=True)
-class Case:
-    """One runnable case: a single-node model, its feeds and its expected outputs."""
-
-    name: str
-    model: onnx.ModelProto
-    feeds: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray]
+from dml_onnx.standard import lower_model, with_functions
 
 
 def snake(name: str) -> str:
@@ -44,12 +44,13 @@ def snake(name: str) -> str:
 
 def single_node_model(definition: OpDefinition, inputs: tuple[np.ndarray | None, ...],
                       attributes: dict, outputs: tuple[bool, ...] = (True,), *,
-                      node_name: str = "node", symbolic: bool = False) -> onnx.ModelProto:
+                      node_name: str = "node", symbolic: bool = False,
+                      opset: int = STANDARD_OPSET) -> onnx.ModelProto:
     """A model of one ``definition`` node over ``inputs`` (``None``: omitted), output types
     from the element types of the inputs, output shapes from the shape function.
 
     ``symbolic`` declares every input dim as a symbol (``X_0``, ``X_1``, ...), so that sizes
-    are only known when the model runs.
+    are only known when the model runs. ``opset`` is the default-domain opset it imports.
     """
     input_names = [p.name if a is not None else "" for p, a in zip(definition.inputs, inputs)]
     output_names = [p.name if (k < len(outputs) and outputs[k]) else ""
@@ -72,27 +73,110 @@ def single_node_model(definition: OpDefinition, inputs: tuple[np.ndarray | None,
     graph_outputs = [helper.make_tensor_value_info(name, elem_types[parameter.type], shape)
                      for name, parameter, shape in zip(output_names, definition.outputs, shapes)
                      if name]
-    return make_model([node], graph_inputs, graph_outputs, name=f"{definition.name}_model")
+    return make_model([node], graph_inputs, graph_outputs, name=f"{definition.name}_model",
+                      standard_opset=opset)
+
+
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|got - want| <= absolute + relative * |want|`` per element, as onnx_test_runner
+    reads them from ``config.txt`` (``per_sample_tolerance`` and
+    ``relative_per_sample_tolerance``). Zero for exact cases."""
+
+    absolute: float = 0.0
+    relative: float = 0.0
+
+    @classmethod
+    def for_outputs(cls, outputs: list[np.ndarray]) -> Tolerance:
+        """A few units in the last place of the largest float output (float16 is rounded
+        once from float32, where a standard form may land on the other side of a tie)."""
+        floats = [o for o in outputs if o.dtype.kind == "f" and o.size]
+        if not floats:
+            return cls()
+        relative = max(2 * 2.0 ** -10 if o.dtype == np.float16 else 16 * float(np.finfo(
+            o.dtype).eps) for o in floats)
+        scale = max(float(np.max(np.abs(o[np.isfinite(o)]), initial=0.0)) for o in floats)
+        return cls(float(np.float32(relative * scale)), float(np.float32(relative)))
+
+    def config_text(self) -> str:
+        return (f"per_sample_tolerance: {self.absolute!r}\n"
+                f"relative_per_sample_tolerance: {self.relative!r}\n")
+
+    @classmethod
+    def read(cls, folder: Path) -> Tolerance:
+        path = folder / "config.txt"
+        if not path.exists():
+            return cls()
+        values = dict(line.split(":", 1) for line in path.read_text().splitlines() if line)
+        return cls(float(values["per_sample_tolerance"]),
+                   float(values["relative_per_sample_tolerance"]))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One runnable case: a single-node model, its feeds, expected outputs and tolerance."""
+
+    name: str
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+    tolerance: Tolerance = Tolerance()
+
+    @property
+    def operator(self) -> str:
+        """The operator the case tests (``RoiAlign1`` ...), from the model's node."""
+        return next((n.op_type for n in self.model.graph.node if n.domain == DOMAIN),
+                    self.model.graph.name.removesuffix("_model"))
+
+
+CONFORMANCE_OPSETS = (16, 18)
+"""The default-domain opsets a case may import; see :func:`case_opset`."""
+
+
+def case_opset(model_at: Callable[[int], onnx.ModelProto]) -> int:
+    """The first of :data:`CONFORMANCE_OPSETS` at which the lowered model uses a native op in
+    the version the DirectML execution provider registers; else the first."""
+    for opset in CONFORMANCE_OPSETS:
+        lowered = lower_model(model_at(opset))
+        natives = {n.op_type for n in lowered.graph.node if n.op_type in DIRECTML_VERSIONS}
+        if natives and all(op_version(op, opset) == DIRECTML_VERSIONS[op] for op in natives):
+            return opset
+    return CONFORMANCE_OPSETS[0]
 
 
 def example_case(definition: OpDefinition, example: Example) -> Case:
     """The example as a case; expected outputs from the example or from the kernel."""
-    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
-                              node_name=f"{snake(definition.name)}_{example.name}")
+    def model_at(opset: int) -> onnx.ModelProto:
+        return single_node_model(definition, example.inputs, example.attributes,
+                                 example.outputs, opset=opset,
+                                 node_name=f"{snake(definition.name)}_{example.name}")
+
+    model = with_functions(model_at(case_opset(model_at)))
     feeds = {p.name: a for p, a in zip(definition.inputs, example.inputs) if a is not None}
     names = [o.name for o in model.graph.output]
-    computed = ReferenceEvaluator(model).run(None, feeds)
-    expected = list(example.expected) or computed
+    expected = list(example.expected) or ReferenceEvaluator(model).run(None, feeds)
     return Case(f"test_{snake(definition.name)}_{example.name}", model, feeds,
-                dict(zip(names, expected)))
+                dict(zip(names, expected)), Tolerance.for_outputs(expected))
+
+
+def expanded(case: Case) -> Case:
+    """The case's twin with every ``dml_onnx`` node lowered to standard ops."""
+    return replace(case, name=f"{case.name}_expanded", model=lower_model(case.model))
 
 
 def all_cases() -> list[Case]:
-    return [example_case(d, e) for d in OPERATORS for e in d.examples() if not e.error]
+    """Every case of the suite, each followed by its expanded twin."""
+    cases = [example_case(d, e) for d in OPERATORS for e in d.examples() if not e.error]
+    return [c for case in cases for c in (case, expanded(case))]
 
 
-def write_suite(directory: str | Path) -> list[Path]:
-    """Write every case under ``directory`` (replacing earlier ``test_*`` folders)."""
+def export_suite(directory: str | Path) -> list[Path]:
+    """Write every case under ``directory``, replacing earlier ``test_*`` folders.
+
+    The files depend only on the cases: writing twice gives identical bytes.
+    """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     for old in root.glob("test_*"):
@@ -102,11 +186,14 @@ def write_suite(directory: str | Path) -> list[Path]:
         folder = root / case.name
         data = folder / "test_data_set_0"
         data.mkdir(parents=True)
-        onnx.save(case.model, folder / "model.onnx")
-        for i, (name, array) in enumerate(case.feeds.items()):
-            onnx.save_tensor(numpy_helper.from_array(array, name), data / f"input_{i}.pb")
-        for k, (name, array) in enumerate(case.expected.items()):
-            onnx.save_tensor(numpy_helper.from_array(array, name), data / f"output_{k}.pb")
+        (folder / "model.onnx").write_bytes(case.model.SerializeToString(deterministic=True))
+        for prefix, arrays in (("input", case.feeds), ("output", case.expected)):
+            for i, (name, array) in enumerate(arrays.items()):
+                tensor = numpy_helper.from_array(array, name)
+                (data / f"{prefix}_{i}.pb").write_bytes(
+                    tensor.SerializeToString(deterministic=True))
+        if case.tolerance != Tolerance():
+            (folder / "config.txt").write_text(case.tolerance.config_text())
         written.append(folder)
     return written
 
@@ -121,48 +208,88 @@ def load_case(folder: str | Path) -> Case:
                                                         key=lambda p: int(p.stem.split("_")[1]))]
         return {t.name: numpy_helper.to_array(t) for t in tensors}
 
-    return Case(folder.name, model, read("input"), read("output"))
+    return Case(folder.name, model, read("input"), read("output"), Tolerance.read(folder))
 
 
-def tolerance(dtype: np.dtype) -> float:
-    """Relative tolerance of a stored float output: a few units in the last place."""
-    dtype = np.dtype(dtype)
-    return float(8 * np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
+@dataclass(frozen=True)
+class Outcome:
+    """How one case went: its problems (none when it passed) and its worst error, the
+    largest ``|got - want|`` relative to the largest ``|want|`` of a float output."""
+
+    case: str
+    operator: str
+    problems: tuple[str, ...]
+    worst: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
 
 
-def compare(case: Case, outputs: dict[str, np.ndarray]) -> list[str]:
-    """Mismatch descriptions (empty when every output agrees)."""
-    problems = []
+def compare(case: Case, outputs: dict[str, np.ndarray]) -> Outcome:
+    """The outputs against the case's expected values and tolerance."""
+    problems, worst = [], 0.0
     for name, want in case.expected.items():
         got = outputs[name]
         if got.dtype != want.dtype or got.shape != want.shape:
-            problems.append(f"{case.name}: {name} is {got.dtype}{list(got.shape)}, expected "
+            problems.append(f"{name} is {got.dtype}{list(got.shape)}, expected "
                             f"{want.dtype}{list(want.shape)}")
             continue
-        rtol = tolerance(want.dtype)
-        wide = want.astype(np.float64) if want.dtype.kind == "f" else want
-        scale = float(np.max(np.abs(wide), initial=0.0)) if want.dtype.kind == "f" else 0.0
-        close = np.isclose(got.astype(wide.dtype), wide, rtol=rtol, atol=rtol * scale,
-                           equal_nan=True) if want.dtype.kind == "f" else got == want
+        if want.dtype.kind != "f":
+            close = got == want
+        else:
+            wide, got64 = want.astype(np.float64), got.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(got64 - wide)
+                same = (got64 == wide) | (np.isnan(got64) & np.isnan(wide))
+                close = same | (diff <= case.tolerance.absolute
+                                + case.tolerance.relative * np.abs(wide))
+                scale = float(np.max(np.abs(wide[np.isfinite(wide)]), initial=0.0)) or 1.0
+                worst = max(worst, float(np.max(np.where(same, 0.0, diff), initial=0.0))
+                            / scale)
         if not np.all(close):
             bad = int(np.size(close) - np.count_nonzero(close))
-            problems.append(f"{case.name}: {name} differs in {bad} of {close.size} values")
-    return problems
+            problems.append(f"{name} differs in {bad} of {close.size} values")
+    return Outcome(case.name, case.operator, tuple(problems), worst)
 
 
-def check_suite(directory: str | Path, *, runtime: str = "onnxruntime") -> tuple[int, list[str]]:
-    """Run every case under ``directory``; returns (cases run, problems).
-
-    ``runtime`` is ``onnxruntime`` (:class:`dml_onnx.InferenceSession`) or ``reference``
-    (:class:`dml_onnx.ReferenceEvaluator`).
-    """
-    problems, count = [], 0
-    for folder in sorted(Path(directory).glob("test_*")):
-        case = load_case(folder)
-        runner = (InferenceSession(case.model) if runtime == "onnxruntime"
-                  else ReferenceEvaluator(case.model))
-        names = list(case.expected)
+def run_case(case: Case, *, providers: Sequence[str] = ("CPUExecutionProvider",),
+             runtime: str = "onnxruntime") -> Outcome:
+    """Run one case: a ``dml_onnx`` model through :class:`dml_onnx.InferenceSession` (or
+    :class:`dml_onnx.ReferenceEvaluator` with ``runtime="reference"``), a standard one through
+    a plain onnxruntime session on ``providers``. Errors count as failures."""
+    names = list(case.expected)
+    try:
+        if any(n.domain == DOMAIN for n in case.model.graph.node):
+            runner: Any = (InferenceSession(case.model) if runtime == "onnxruntime"
+                           else ReferenceEvaluator(case.model))
+        else:
+            runner = ort.InferenceSession(case.model.SerializeToString(),
+                                          providers=list(providers))
         outputs = dict(zip(names, runner.run(names, case.feeds)))
-        problems += compare(case, outputs)
-        count += 1
-    return count, problems
+    except Exception as error:  # noqa: BLE001 - a failing case is reported, not raised
+        return Outcome(case.name, case.operator, (f"{type(error).__name__}: {error}",), 0.0)
+    return compare(case, outputs)
+
+
+def run_suite(directory: str | Path, *, providers: Sequence[str] = ("CPUExecutionProvider",),
+              runtime: str = "onnxruntime",
+              progress: Callable[[int, int, Outcome], None] | None = None) -> list[Outcome]:
+    """Run every case under ``directory``; ``progress(done, total, outcome)`` after each."""
+    folders = sorted(Path(directory).glob("test_*"))
+    outcomes = []
+    for done, folder in enumerate(folders, 1):
+        outcomes.append(run_case(load_case(folder), providers=providers, runtime=runtime))
+        if progress is not None:
+            progress(done, len(folders), outcomes[-1])
+    return outcomes
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """A Markdown table per operator: cases, passed, worst error."""
+    rows = ["| operator | cases | passed | worst error |", "|---|---:|---:|---:|"]
+    for operator in dict.fromkeys(o.operator for o in outcomes):
+        mine = [o for o in outcomes if o.operator == operator]
+        rows.append(f"| {operator} | {len(mine)} | {sum(o.passed for o in mine)} | "
+                    f"{max(o.worst for o in mine):.3g} |")
+    return "\n".join(rows)

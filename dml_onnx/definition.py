@@ -21,6 +21,8 @@ import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.defs import OpSchema
 
+from dml_onnx.form import StandardNode
+
 DOMAIN = "dml_onnx"
 OPSET_VERSION = 1
 
@@ -37,6 +39,11 @@ NUMERIC_TYPES = (
 """ONNX's numeric element types that numpy represents (bfloat16 and the float8/int4 types
 have no numpy dtype, so no kernel here can take them)."""
 ANY_TYPES = (*NUMERIC_TYPES, "tensor(bool)")
+
+
+def element_type(type_string: str) -> int:
+    """The ONNX element type of a type-constraint string: ``"tensor(float)"`` -> FLOAT."""
+    return TensorProto.DataType.Value(type_string[len("tensor("):-1].upper())
 
 _ATTR_TYPES = {
     "int": (AttributeProto.INT, OpSchema.AttrType.INT),
@@ -106,37 +113,7 @@ class Parameter:
 
 
 ShapeFunction = Callable[[list[Shape], dict[str, Any], str], list[Shape]]
-StandardForm = Callable[["StandardNode"], list[NodeProto]]
-
-
-class NotEquivalent(ValueError):
-    """A node whose attributes or shapes have no exact standard-ONNX equivalent."""
-
-
-@dataclass(frozen=True)
-class StandardNode:
-    """What a standard-form function sees of one node: names, attributes, known shapes."""
-
-    label: str
-    inputs: list[str]
-    outputs: list[str]
-    attributes: dict[str, Any]
-    input_shapes: list[Shape]
-    prefix: str
-
-    def constant(self, suffix: str, values: Any) -> tuple[str, NodeProto]:
-        """An int64 Constant node; returns (its output name, the node)."""
-        name = f"{self.prefix}_{suffix}"
-        tensor = helper.make_tensor(name, TensorProto.INT64, np.shape(values),
-                                    np.asarray(values, np.int64).ravel().tolist())
-        return name, helper.make_node("Constant", [], [name], value=tensor)
-
-    def static_dims(self, index: int, what: str) -> list[int]:
-        shape = self.input_shapes[index]
-        if shape is None or not all(isinstance(d, int) for d in shape):
-            raise NotEquivalent(f"'{self.label}': the standard form needs static {what} "
-                                f"(input {index} has shape {shape})")
-        return list(shape)
+StandardForm = Callable[[StandardNode], None]
 
 
 @dataclass(frozen=True)
@@ -179,8 +156,7 @@ class OpDefinition:
     check_attributes: Callable[..., None]
     infer_shapes: ShapeFunction
     standard_form: StandardForm | None = None
-    """Standard ONNX nodes computing the same, where an exact equivalent exists; raises
-    :class:`NotEquivalent` for the attribute values or shapes it cannot express."""
+    """Emits standard ONNX nodes computing the same outputs (see :mod:`dml_onnx.form`)."""
     examples: Callable[[], tuple[Example, ...]] = field(default=lambda: ())
     """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx.reference import ReferenceEvaluator as _OnnxReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
@@ -33,8 +35,22 @@ OP_CLASSES: tuple[type[OpRun], ...] = tuple(_op_class(d) for d in OPERATORS)
 
 
 class ReferenceEvaluator(_OnnxReferenceEvaluator):
-    """``onnx.reference.ReferenceEvaluator`` that also runs every ``dml_onnx`` operator."""
+    """``onnx.reference.ReferenceEvaluator`` that also runs every ``dml_onnx`` operator.
+
+    A model's ``dml_onnx`` functions (the standard-op fallbacks) are ignored: the domain's
+    kernels run instead.
+    """
 
     def __init__(self, proto: Any, *args: Any, new_ops: list[type[OpRun]] | None = None,
                  **kwargs: Any):
+        if isinstance(proto, (str, bytes, os.PathLike)):
+            proto = onnx.load(proto) if not isinstance(proto, bytes) else \
+                onnx.load_from_string(proto)
+        if isinstance(proto, onnx.ModelProto) and any(f.domain == DOMAIN
+                                                      for f in proto.functions):
+            stripped = onnx.ModelProto()
+            stripped.CopyFrom(proto)
+            del stripped.functions[:]
+            stripped.functions.extend(f for f in proto.functions if f.domain != DOMAIN)
+            proto = stripped
         super().__init__(proto, *args, new_ops=[*OP_CLASSES, *(new_ops or [])], **kwargs)

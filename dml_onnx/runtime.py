@@ -41,6 +41,7 @@ from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
 from custom_ops import KernelError
 from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
+from dml_onnx.graphs import element_types, reject_nested
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.schemas import register_schemas
 
@@ -192,9 +193,8 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True) -> onnx.Mode
     """
     register_schemas()
     register_runtime_ops()
-    _reject_nested(model)
-    inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    elem_types = _element_types(inferred.graph)
+    reject_nested(model, "the onnxruntime binding")
+    elem_types = element_types(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]
@@ -209,43 +209,6 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True) -> onnx.Mode
     if RUNTIME_DOMAIN not in imports:
         result.opset_import.append(helper.make_opsetid(RUNTIME_DOMAIN, 1))
     return result
-
-
-def _reject_nested(model: onnx.ModelProto) -> None:
-    def visit(graph: onnx.GraphProto, where: str) -> None:
-        for node in graph.node:
-            for attribute in node.attribute:
-                for sub in (*([attribute.g] if attribute.HasField("g") else []),
-                            *attribute.graphs):
-                    for inner in sub.node:
-                        if inner.domain == DOMAIN:
-                            raise ValueError(
-                                f"{inner.op_type} '{node_label(inner)}': dml_onnx nodes inside "
-                                f"a subgraph ({where} node '{node_label(node)}') are not "
-                                "supported by the onnxruntime binding")
-                    visit(sub, node.op_type)
-    visit(model.graph, "graph")
-    for function in model.functions:
-        for inner in function.node:
-            if inner.domain == DOMAIN:
-                raise ValueError(f"{inner.op_type} '{node_label(inner)}': dml_onnx nodes inside "
-                                 f"model function '{function.name}' are not supported by the "
-                                 "onnxruntime binding")
-
-
-def _element_types(graph: onnx.GraphProto) -> dict[str, int]:
-    types = {}
-    for value in (*graph.input, *graph.value_info, *graph.output):
-        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
-            types[value.name] = value.type.tensor_type.elem_type
-    for tensor in graph.initializer:
-        types[tensor.name] = tensor.data_type
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    types[node.output[0]] = attribute.t.data_type
-    return types
 
 
 def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int],

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto
 
 from custom_ops import fold as kernel
 from custom_ops._common import filled
@@ -14,13 +14,12 @@ from dml_onnx.definition import (
     NUMERIC_TYPES,
     Attribute,
     Example,
-    NotEquivalent,
     OpDefinition,
     Parameter,
     Shape,
-    StandardNode,
     product,
 )
+from dml_onnx.form import NotEquivalent, StandardNode
 from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts
 from dml_onnx.ops.unfold import WINDOW_SIZES
 
@@ -45,18 +44,16 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[n, channels, *output_size]]
 
 
-def _standard_form(node: StandardNode) -> list[NodeProto]:
+def _standard_form(node: StandardNode) -> None:
     """``Col2Im`` (opset 18), which has two or more spatial axes."""
     a = node.attributes
     k = len(a["window_sizes"])
     if k < 2:
         raise NotEquivalent(f"'{node.label}': Col2Im needs 2 or more spatial axes, not {k}")
-    image_name, image = node.constant("image_shape", a["output_size"])
-    block_name, block = node.constant("block_shape", a["window_sizes"])
-    return [image, block, helper.make_node(
-        "Col2Im", [node.inputs[0], image_name, block_name], node.outputs, name=node.label,
-        strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
-        pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)])]
+    node.op("Col2Im", node.inputs[0], node.constant(a["output_size"]),
+            node.constant(a["window_sizes"]), outputs=node.outputs,
+            strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
+            pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)])
 
 
 def _examples() -> tuple[Example, ...]:

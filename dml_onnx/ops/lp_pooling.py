@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto
 
 from custom_ops import lp_pooling as kernel
 from custom_ops._common import filled
@@ -17,8 +17,8 @@ from dml_onnx.definition import (
     OpDefinition,
     Parameter,
     Shape,
-    StandardNode,
 )
+from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
 
 
@@ -28,14 +28,13 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[n, c, *block_counts(kernel.OP, node, spatial, window, attributes)]]
 
 
-def _standard_form(node: StandardNode) -> list[NodeProto]:
+def _standard_form(node: StandardNode) -> None:
     """``LpPool`` (opset 18: dilations) with the same window, strides, pads and p."""
     a = node.attributes
     k = len(a["window_size"])
-    return [helper.make_node(
-        "LpPool", node.inputs, node.outputs, name=node.label, kernel_shape=a["window_size"],
-        strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
-        pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)], p=a["p"])]
+    node.op("LpPool", *node.inputs, outputs=node.outputs, kernel_shape=a["window_size"],
+            strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
+            pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)], p=a["p"])
 
 
 def _examples() -> tuple[Example, ...]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, TensorProto, helper
+from onnx import NodeProto, TensorProto
 
 from custom_ops import roi_align1 as kernel
 from custom_ops._common import UINT32_MAX
@@ -15,12 +15,11 @@ from dml_onnx.definition import (
     INDEX_TYPES,
     Attribute,
     Example,
-    NotEquivalent,
     OpDefinition,
     Parameter,
     Shape,
-    StandardNode,
 )
+from dml_onnx.form import NotEquivalent, StandardNode
 from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
 
 SAMPLING_ATTRIBUTES = (
@@ -71,7 +70,7 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[roi_rows(kernel.OP, node, shapes), c, *attributes["output_size"]]]
 
 
-def _standard_form(node: StandardNode) -> list[NodeProto]:
+def _standard_form(node: StandardNode) -> None:
     """``RoiAlign`` (opset 16, ``half_pixel``) for the attribute values it can express.
 
     With adaptive sampling (minimum 1, maximum 4294967295) the two agree on regions of
@@ -100,18 +99,12 @@ def _standard_form(node: StandardNode) -> list[NodeProto]:
     else:
         raise NotEquivalent(f"'{node.label}': RoiAlign has no sample count clamped to "
                             f"[{minimum}, {maximum}]")
-    rois_shape_name, rois_shape = node.constant("rois_shape", [-1, 4])
-    index_shape_name, index_shape = node.constant("index_shape", [-1])
-    p = node.prefix
-    return [rois_shape, index_shape,
-            helper.make_node("Reshape", [node.inputs[1], rois_shape_name], [f"{p}_rois"]),
-            helper.make_node("Reshape", [node.inputs[2], index_shape_name], [f"{p}_index"]),
-            helper.make_node("Cast", [f"{p}_index"], [f"{p}_index64"], to=TensorProto.INT64),
-            helper.make_node(
-                "RoiAlign", [node.inputs[0], f"{p}_rois", f"{p}_index64"], node.outputs,
-                name=node.label, mode="avg", coordinate_transformation_mode="half_pixel",
-                output_height=a["output_size"][0], output_width=a["output_size"][1],
-                sampling_ratio=sampling_ratio, spatial_scale=a["spatial_scale_x"])]
+    rows = node.op("Reshape", node.inputs[1], node.constant([-1, 4]))
+    index = node.cast(node.op("Reshape", node.inputs[2], node.constant([-1])), TensorProto.INT64)
+    node.op("RoiAlign", node.inputs[0], rows, index, outputs=node.outputs, mode="avg",
+            coordinate_transformation_mode="half_pixel", output_height=a["output_size"][0],
+            output_width=a["output_size"][1], sampling_ratio=sampling_ratio,
+            spatial_scale=a["spatial_scale_x"])
 
 
 def _examples() -> tuple[Example, ...]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto
 
 from custom_ops import roi_pooling as kernel
 from dml_onnx.definition import (
@@ -16,8 +16,8 @@ from dml_onnx.definition import (
     OpDefinition,
     Parameter,
     Shape,
-    StandardNode,
 )
+from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import roi_count, spatial_image
 
 
@@ -27,14 +27,12 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[r, c, *attributes["pooled_size"]]]
 
 
-def _standard_form(node: StandardNode) -> list[NodeProto]:
+def _standard_form(node: StandardNode) -> None:
     """``MaxRoiPool`` over rois reshaped to ``[R, 5]``."""
-    shape_name, shape_node = node.constant("rois_shape", [-1, 5])
-    rows = f"{node.prefix}_rois"
-    return [shape_node, helper.make_node("Reshape", [node.inputs[1], shape_name], [rows]),
-            helper.make_node("MaxRoiPool", [node.inputs[0], rows], node.outputs,
-                             name=node.label, pooled_shape=node.attributes["pooled_size"],
-                             spatial_scale=node.attributes["spatial_scale"])]
+    rows = node.op("Reshape", node.inputs[1], node.constant([-1, 5]))
+    node.op("MaxRoiPool", node.inputs[0], rows, outputs=node.outputs,
+            pooled_shape=node.attributes["pooled_size"],
+            spatial_scale=node.attributes["spatial_scale"])
 
 
 def _examples() -> tuple[Example, ...]:

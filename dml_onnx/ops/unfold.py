@@ -17,9 +17,9 @@ from dml_onnx.definition import (
     OpDefinition,
     Parameter,
     Shape,
-    StandardNode,
     product,
 )
+from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
 
 WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
@@ -33,7 +33,7 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[n, product([c, *window]), product(blocks)]]
 
 
-def _standard_form(node: StandardNode) -> list[NodeProto]:
+def _standard_form(node: StandardNode) -> None:
     """``Pad``, one ``Gather`` per spatial axis, ``Transpose`` and ``Reshape``.
 
     Gathering ``[window, blocks]`` indices along each axis turns ``[N, C, P1..Pk]`` into

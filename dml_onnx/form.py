@@ -1,0 +1,123 @@
+"""What a standard-op form sees of one ``dml_onnx`` node, and where it writes its nodes.
+
+A standard form (``OpDefinition.standard_form``) is a function ``form(node: StandardNode)``
+that emits standard ``ai.onnx`` nodes computing the node's outputs from its inputs, through
+``node.op(...)``. Forms are shape-generic: they read sizes with ``Shape`` in the graph, never
+from the model, so one form serves every input size (and can be a model-local function body).
+They depend only on the attributes, the element types and the default-domain opset.
+
+Where the spec names a native ONNX equivalent, the attributes and element type fit,
+``node.native`` is set and the opset resolves that op to a version whose meaning the form
+relies on (:data:`NATIVE_VERSIONS`), the form is that op; otherwise it is an exact
+decomposition. :data:`DIRECTML_VERSIONS` are the versions the DirectML execution provider
+registers: a model whose opset resolves to them lets that provider run the DirectML operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import NodeProto, TensorProto, helper
+
+MINIMUM_OPSET = 16
+"""Oldest default-domain opset the forms support (``ScatterND``/``ScatterElements`` with
+``reduction="add"``)."""
+
+NATIVE_VERSIONS = {"MaxRoiPool": (1, 22), "RoiAlign": (16, 22), "LpPool": (11, 18, 22),
+                   "Col2Im": (18,)}
+"""Versions of each native op that the forms may emit (later versions only add types; LpPool
+takes dilations from version 18)."""
+
+DIRECTML_VERSIONS = {"MaxRoiPool": 1, "RoiAlign": 16, "LpPool": 11, "Col2Im": 18}
+"""The version of each native op the DirectML execution provider registers."""
+
+
+class NotEquivalent(ValueError):
+    """A node that has no standard-ONNX form here (unknown element type, opset too old)."""
+
+
+def op_version(op_type: str, opset: int) -> int:
+    """The version of ``op_type`` that default-domain ``opset`` resolves to."""
+    return onnx.defs.get_schema(op_type, opset).since_version
+
+
+@dataclass
+class StandardNode:
+    """One node being rewritten into standard ops.
+
+    ``inputs`` and ``outputs`` are the node's names (``""`` where absent); ``input_types``
+    their ONNX element types (``TensorProto`` values, ``None`` for an absent input);
+    ``attributes`` the node's attributes with defaults filled in; ``opset`` the default-domain
+    opset the emitted nodes must be valid in; ``native`` whether to prefer a native op.
+    Emitted nodes collect in ``nodes``; intermediate names start with ``prefix``.
+    """
+
+    label: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, Any]
+    input_types: list[int | None]
+    opset: int
+    prefix: str
+    native: bool = True
+    nodes: list[NodeProto] = field(default_factory=list)
+    _count: int = 0
+
+    # ----------------------------------------------------------------- emitting
+    def fresh(self, hint: str = "t") -> str:
+        """A new intermediate name."""
+        self._count += 1
+        return f"{self.prefix}_{hint}{self._count}"
+
+    def op(self, op_type: str, *inputs: str, outputs: int | Sequence[str] = 1,
+           **attributes: Any) -> Any:
+        """Emit one node; returns its output name (or a list when ``outputs`` is a count > 1
+        or a list of names). Attributes left ``None`` are omitted."""
+        names = ([self.fresh(op_type.lower()) for _ in range(outputs)]
+                 if isinstance(outputs, int) else list(outputs))
+        kept = {k: v for k, v in attributes.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **kept))
+        return names[0] if isinstance(outputs, int) and outputs == 1 else names
+
+    def constant(self, values: Any, elem_type: int = TensorProto.INT64) -> str:
+        """A ``Constant`` of ``values`` (any shape) as ``elem_type``."""
+        array = np.asarray(values, dtype=helper.tensor_dtype_to_np_dtype(elem_type))
+        return self.op("Constant", value=onnx.numpy_helper.from_array(array, self.fresh("c")))
+
+    def reduce(self, op_type: str, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
+        """``Reduce*`` over ``axes`` in this opset's form (axes an input from 13 for ReduceSum,
+        from 18 for the others)."""
+        as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
+        if as_input:
+            return self.op(op_type, x, self.constant(list(axes)), keepdims=keepdims)
+        return self.op(op_type, x, axes=list(axes), keepdims=keepdims)
+
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        return self.op("Unsqueeze", x, self.constant(list(axes)))
+
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
+        return self.op("Squeeze", x, self.constant(list(axes)))
+
+    def cast(self, x: str, elem_type: int) -> str:
+        return self.op("Cast", x, to=elem_type)
+
+    # ----------------------------------------------------------------- deciding
+    def uses_native(self, op_type: str, minimum_version: int = 1) -> bool:
+        """Whether to emit the native ``op_type``: preferred, and this opset resolves it to
+        one of :data:`NATIVE_VERSIONS`, at least ``minimum_version``."""
+        version = op_version(op_type, self.opset)
+        return (self.native and version in NATIVE_VERSIONS[op_type]
+                and version >= minimum_version)
+
+    @property
+    def elem_type(self) -> int:
+        """The element type ``T`` (every operator here has it on its first present input)."""
+        return next(t for t in self.input_types if t is not None)
+
+
+__all__ = ["DIRECTML_VERSIONS", "MINIMUM_OPSET", "NATIVE_VERSIONS", "NotEquivalent",
+           "StandardNode", "op_version"]

@@ -1,0 +1,208 @@
+"""Raising: standard ``MaxRoiPool``, ``RoiAlign``, ``LpPool`` and ``Col2Im`` nodes into the
+``dml_onnx`` node that computes exactly the same, wherever one does.
+
+A node is raised only when the two agree for every input: ``RoiAlign`` with ``mode="max"``
+(the max of weighted corner terms), ``output_half_pixel`` (the ROI size clamped to 1) or
+``sampling_ratio=0`` (zero for empty or inverted ROIs) stays standard unless the caller
+vouches that every ROI has a positive width and height; ``LpPool`` with ``ceil_mode`` or
+``SAME`` padding and ``Col2Im`` with non-constant sizes stay standard too. Each node left
+standard comes with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+from onnx import helper, numpy_helper
+
+from custom_ops._common import UINT32_MAX
+from dml_onnx.definition import (
+    DOMAIN,
+    OPSET_VERSION,
+    attribute_value,
+    element_type,
+    node_label,
+)
+from dml_onnx.form import op_version
+from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.ops import OPERATORS_BY_NAME
+from dml_onnx.standard import default_opset, with_functions
+
+
+class _Kept(Exception):
+    """A standard node that stays: its reason."""
+
+
+@dataclass
+class Raised:
+    """The result of :func:`raise_model`: the model, the raised nodes' names, and the
+    standard nodes of the four kinds that were left, with the reason for each."""
+
+    model: onnx.ModelProto
+    raised: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A standard node as the rules see it: attributes, version, constant inputs, types."""
+
+    proto: onnx.NodeProto
+    version: int
+    attributes: dict[str, Any]
+    constants: dict[str, Any]
+    types: dict[str, int]
+
+    def get(self, name: str, default: Any) -> Any:
+        return self.attributes.get(name, default)
+
+    def require(self, condition: bool, reason: str) -> None:
+        if not condition:
+            raise _Kept(reason)
+
+    def constant(self, index: int, what: str) -> list[int]:
+        name = self.proto.input[index] if index < len(self.proto.input) else ""
+        self.require(name in self.constants, f"{what} is not a constant")
+        return [int(v) for v in self.constants[name].ravel()]
+
+
+def _max_roi_pool(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+    return "RoiPooling", list(node.proto.input), {
+        "pooled_size": node.get("pooled_shape", None),
+        "spatial_scale": node.get("spatial_scale", 1.0)}
+
+
+def _roi_align(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+    node.require(node.version >= 16, f"RoiAlign-{node.version} has no half_pixel mode")
+    mode = node.get("mode", "avg")
+    node.require(mode == "avg", f"mode {mode!r}: onnx takes the max of weighted corner "
+                                "terms, not of the samples")
+    transform = node.get("coordinate_transformation_mode", "half_pixel")
+    node.require(transform == "half_pixel",
+                 f"coordinate_transformation_mode {transform!r} clamps the ROI size to 1")
+    ratio = node.get("sampling_ratio", 0)
+    node.require(ratio > 0 or positive_rois,
+                 "sampling_ratio 0 gives 0 for empty or inverted ROIs (raise with "
+                 "positive ROIs assumed to convert it)")
+    scale = node.get("spatial_scale", 1.0)
+    minimum, maximum = (ratio, ratio) if ratio > 0 else (1, UINT32_MAX)
+    return "RoiAlign1", list(node.proto.input), {
+        "output_size": [node.get("output_height", 1), node.get("output_width", 1)],
+        "spatial_scale_x": scale, "spatial_scale_y": scale,
+        "minimum_samples_per_output": minimum, "maximum_samples_per_output": maximum}
+
+
+def _lp_pool(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+    node.require(node.version >= 11, f"LpPool-{node.version} is not raised")
+    auto_pad = node.get("auto_pad", "NOTSET")
+    node.require(auto_pad in ("NOTSET", "VALID"), f"auto_pad {auto_pad!r} depends on sizes")
+    node.require(not node.get("ceil_mode", 0), "ceil_mode 1 rounds output sizes up")
+    window = node.get("kernel_shape", [])
+    k = len(window)
+    pads = [0] * (2 * k) if auto_pad == "VALID" else node.get("pads", [0] * (2 * k))
+    return "LpPooling", list(node.proto.input), {
+        "window_size": window, "strides": node.get("strides", [1] * k),
+        "dilations": node.get("dilations", [1] * k), "start_padding": pads[:k],
+        "end_padding": pads[k:], "p": node.get("p", 2)}
+
+
+def _col2im(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+    output_size = node.constant(1, "image_shape")
+    window = node.constant(2, "block_shape")
+    k = len(window)
+    pads = node.get("pads", [0] * (2 * k))
+    return "Fold", [node.proto.input[0]], {
+        "window_sizes": window, "output_size": output_size,
+        "strides": node.get("strides", [1] * k), "dilations": node.get("dilations", [1] * k),
+        "start_padding": pads[:k], "end_padding": pads[k:]}
+
+
+_RULES: dict[str, Callable[[_Node, bool], tuple[str, list[str], dict]]] = {
+    "MaxRoiPool": _max_roi_pool, "RoiAlign": _roi_align, "LpPool": _lp_pool,
+    "Col2Im": _col2im}
+"""Standard op type -> the rule giving (dml_onnx op type, inputs, attributes) or raising
+:class:`_Kept`."""
+
+
+def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
+                functions: bool = True) -> Raised:
+    """Rewrite the standard nodes that have an exact ``dml_onnx`` equivalent.
+
+    ``positive_rois=True`` vouches that every ROI of every ``RoiAlign`` has a positive width
+    and height, which makes ``sampling_ratio=0`` exact too. With ``functions`` (the default)
+    the result carries each new node's standard form as a model-local function, so it still
+    runs where the domain's kernels are not installed.
+    """
+    reject_nested(model, "raising")
+    opset = default_opset(model)
+    types = element_types(model)
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute \
+                and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    result = Raised(onnx.ModelProto())
+    result.model.CopyFrom(model)
+    del result.model.graph.node[:]
+    for node in model.graph.node:
+        rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if rule is None:
+            result.model.graph.node.append(node)
+            continue
+        label = node_label(node)
+        view = _Node(node, op_version(node.op_type, opset),
+                     {a.name: attribute_value(a) for a in node.attribute}, constants, types)
+        try:
+            raised = _raised_node(view, rule, positive_rois)
+        except _Kept as reason:
+            result.kept[label] = str(reason)
+            result.model.graph.node.append(node)
+            continue
+        result.model.graph.node.append(raised)
+        result.raised.append(label)
+    if result.raised:
+        _prune_constants(result.model, {name for node in model.graph.node
+                                        if node_label(node) in result.raised
+                                        for name in node.input})
+        if all(o.domain != DOMAIN for o in result.model.opset_import):
+            result.model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
+        if functions:
+            result.model = with_functions(result.model)
+    return result
+
+
+def _raised_node(view: _Node, rule: Callable[[_Node, bool], tuple[str, list[str], dict]],
+                 positive_rois: bool) -> onnx.NodeProto:
+    op_type, inputs, attributes = rule(view, positive_rois)
+    definition = OPERATORS_BY_NAME[op_type]
+    allowed = {element_type(t) for t in definition.type_constraints["T"]}
+    elem = view.types.get(view.proto.input[0])
+    view.require(elem in allowed, "element type "
+                 f"{onnx.TensorProto.DataType.Name(elem) if elem else 'unknown'} is not one "
+                 f"{op_type} takes")
+    try:
+        return definition.make_node(inputs, list(view.proto.output),
+                                    name=view.proto.name or None, **attributes)
+    except (TypeError, ValueError) as error:
+        raise _Kept(f"attributes outside {op_type}'s range: {error}") from None
+
+
+def _prune_constants(model: onnx.ModelProto, freed: set[str]) -> None:
+    """Drop the ``Constant`` nodes and initializers among ``freed`` (what the raised nodes
+    read) that nothing reads any more (Col2Im's sizes)."""
+    graph = model.graph
+    read = {name for node in graph.node for name in node.input}
+    read |= {o.name for o in graph.output} | {i.name for i in graph.input}
+    unread = freed - read
+    kept = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] in unread)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    initializers = [t for t in graph.initializer if t.name not in unread]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+
+
+__all__ = ["Raised", "raise_model"]

@@ -1,0 +1,277 @@
+"""Model conversion: raising standard nodes into dml_onnx ones, lowering dml_onnx nodes into
+standard ones, and model-local functions, on multi-node models; the CLI commands behind them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dml_onnx
+from dml_onnx.raising import raise_model
+
+ROOT = Path(__file__).resolve().parent.parent
+RNG = np.random.default_rng(11)
+FEEDS = {
+    "image": RNG.standard_normal((2, 3, 12, 12)).astype(np.float32),
+    "boxes": np.array([[0, 0, 6, 6], [2.5, 1, 11, 9], [4, 4, 5.5, 8]], np.float32),
+    "box_batch": np.array([0, 1, 1], np.int64),
+    "pool_boxes": np.array([[0, 0, 0, 5, 5], [1, 2, 4, 10, 9], [1, 6, 0, 11, 11]], np.float32),
+    "columns": RNG.standard_normal((1, 16, 16)).astype(np.float32),
+}
+
+
+def _value(name: str, elem: int, shape: list) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _standard_model(*, roi_align: dict | None = None, lp_pool: dict | None = None,
+                    col2im_constant: bool = True, opset: int = 18) -> onnx.ModelProto:
+    """Conv -> RoiAlign -> LpPool head, Conv -> MaxRoiPool head, and a Col2Im."""
+    weight = numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    image_shape = numpy_helper.from_array(np.array([5, 5], np.int64), "image_shape")
+    nodes = [
+        helper.make_node("Conv", ["image", "w"], ["features"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("RoiAlign", ["features", "boxes", "box_batch"], ["aligned"],
+                         name="align", **({"output_height": 4, "output_width": 4,
+                                           "sampling_ratio": 2, "spatial_scale": 0.5}
+                                          | (roi_align or {}))),
+        helper.make_node("LpPool", ["aligned"], ["head"], name="lp",
+                         **({"kernel_shape": [2, 2], "pads": [1, 0, 1, 1], "p": 2}
+                            | (lp_pool or {}))),
+        helper.make_node("MaxRoiPool", ["features", "pool_boxes"], ["pooled"], name="pool",
+                         pooled_shape=[3, 2], spatial_scale=1.0),
+        helper.make_node("Constant", [], ["block_shape"], name="block",
+                         value=numpy_helper.from_array(np.array([2, 2], np.int64))),
+        helper.make_node("Col2Im", ["columns", "image_shape", "block_shape"], ["folded"],
+                         name="col2im"),
+    ]
+    inputs = [_value("image", TensorProto.FLOAT, [2, 3, 12, 12]),
+              _value("boxes", TensorProto.FLOAT, ["R", 4]),
+              _value("box_batch", TensorProto.INT64, ["R"]),
+              _value("pool_boxes", TensorProto.FLOAT, ["P", 5]),
+              _value("columns", TensorProto.FLOAT, [1, 16, 16])]
+    if not col2im_constant:
+        inputs.append(_value("image_shape", TensorProto.INT64, [2]))
+    outputs = [_value("head", TensorProto.FLOAT, ["R", 4, 5, 4]),
+               _value("pooled", TensorProto.FLOAT, ["P", 4, 3, 2]),
+               _value("folded", TensorProto.FLOAT, [1, 4, 5, 5])]
+    graph = helper.make_graph(nodes, "heads", inputs, outputs,
+                              initializer=[weight] + ([image_shape] if col2im_constant else []))
+    return helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
+                             opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    feeds = dict(FEEDS)
+    if any(i.name == "image_shape" for i in model.graph.input):
+        feeds["image_shape"] = np.array([5, 5], np.int64)
+    return feeds
+
+
+def _plain(model: onnx.ModelProto) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, _feeds(model))
+
+
+def _assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=1.0))
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6 * scale)
+
+
+def _op_types(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+# ----------------------------------------------------------------------------- raising
+def test_raise_rewrites_every_exactly_equivalent_node_and_keeps_the_outputs():
+    model = _standard_model()
+    result = raise_model(model)
+    assert result.raised == ["align", "lp", "pool", "col2im"] and result.kept == {}
+    assert _op_types(result.model) == ["Conv", "RoiAlign1", "LpPooling", "RoiPooling", "Fold"]
+    # Col2Im's constant sizes became attributes: the Constant and the initializer are gone
+    assert [t.name for t in result.model.graph.initializer] == ["w"]
+    dml_onnx.register_schemas()
+    onnx.checker.check_model(result.model, full_check=True)
+    want = _plain(model)
+    _assert_same(dml_onnx.InferenceSession(result.model).run(None, _feeds(model)), want)
+    # the new nodes carry their standard forms: plain onnxruntime still runs the model
+    assert {f.name for f in result.model.functions} == {"RoiAlign1", "LpPooling", "RoiPooling",
+                                                        "Fold"}
+    _assert_same(_plain(result.model), want)
+
+
+@pytest.mark.parametrize(("variation", "node", "reason"), [
+    ({"roi_align": {"mode": "max"}}, "align", "weighted corner"),
+    ({"roi_align": {"coordinate_transformation_mode": "output_half_pixel"}}, "align",
+     "clamps the ROI size"),
+    ({"roi_align": {"sampling_ratio": 0}}, "align", "empty or inverted ROIs"),
+    ({"lp_pool": {"ceil_mode": 1}}, "lp", "ceil_mode"),
+    ({"lp_pool": {"auto_pad": "SAME_UPPER", "pads": None}}, "lp", "depends on sizes"),
+    ({"lp_pool": {"p": 0}}, "lp", "p 0"),
+    ({"col2im_constant": False}, "col2im", "image_shape is not a constant"),
+])
+def test_raise_keeps_what_is_not_exactly_equivalent_and_says_why(variation, node, reason):
+    if "lp_pool" in variation:
+        variation = {"lp_pool": {k: v for k, v in variation["lp_pool"].items() if v is not None}}
+        if "auto_pad" in variation["lp_pool"]:
+            model = _standard_model()
+            lp = next(n for n in model.graph.node if n.name == "lp")
+            del lp.attribute[:]
+            lp.attribute.extend([helper.make_attribute("kernel_shape", [2, 2]),
+                                 helper.make_attribute("auto_pad", "SAME_UPPER")])
+        else:
+            model = _standard_model(**variation)
+    else:
+        model = _standard_model(**variation)
+    result = raise_model(model)
+    assert node in result.kept and reason in result.kept[node]
+    assert node not in result.raised
+    _assert_same(dml_onnx.InferenceSession(result.model).run(None, _feeds(model)),
+                 _plain(model))
+
+
+def test_raise_with_positive_rois_takes_adaptive_sampling():
+    model = _standard_model(roi_align={"sampling_ratio": 0})
+    result = raise_model(model, positive_rois=True)
+    assert "align" in result.raised
+    aligned = next(n for n in result.model.graph.node if n.op_type == "RoiAlign1")
+    attributes = {a.name: helper.get_attribute_value(a) for a in aligned.attribute}
+    assert attributes["minimum_samples_per_output"] == 1
+    assert attributes["maximum_samples_per_output"] == 4294967295
+    _assert_same(dml_onnx.InferenceSession(result.model).run(None, _feeds(model)),
+                 _plain(model))
+
+
+def test_raise_leaves_old_roi_align_and_other_element_types():
+    old = _standard_model(opset=16)
+    old.opset_import[0].version = 10  # RoiAlign-10 has no half_pixel mode
+    # ... and opset 10 is below what the standard forms need, so raising refuses the model
+    with pytest.raises(dml_onnx.NotEquivalent, match="default opset >= 16"):
+        raise_model(old)
+    model = _standard_model()
+    col2im = next(n for n in model.graph.node if n.op_type == "Col2Im")
+    model.graph.node.insert(0, helper.make_node("Cast", ["columns"], ["columns_bool"],
+                                                to=TensorProto.BOOL))
+    model.graph.node.append(helper.make_node("Col2Im", ["columns_bool", *col2im.input[1:]],
+                                             ["folded_bool"], name="bool_col2im"))
+    model.graph.output.append(_value("folded_bool", TensorProto.BOOL, [1, 4, 5, 5]))
+    result = raise_model(model)
+    assert "element type BOOL" in result.kept["bool_col2im"]
+
+
+# ----------------------------------------------------------------------------- lowering
+def _dml_model() -> onnx.ModelProto:
+    """Conv -> RoiAlign1 -> LpPooling, Conv -> RoiPooling, Unfold -> Fold: a dml_onnx model."""
+    raised = raise_model(_standard_model(), functions=False).model
+    unfold = dml_onnx.unfold("image", "patches", window_sizes=[3, 3], strides=[2, 2],
+                             start_padding=[1, 0], name="unfold")
+    fold = dml_onnx.fold("patches", "refolded", window_sizes=[3, 3], strides=[2, 2],
+                         start_padding=[1, 0], output_size=[12, 12], name="fold")
+    raised.graph.node.extend([unfold, fold])
+    raised.graph.output.append(_value("refolded", TensorProto.FLOAT, [2, 3, 12, 12]))
+    return raised
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_lower_gives_standard_ops_with_the_same_outputs(native):
+    model = _dml_model()
+    want = dml_onnx.InferenceSession(model).run(None, _feeds(model))
+    lowered = dml_onnx.lower_model(model, native=native)
+    assert all(n.domain in ("", "ai.onnx") for n in lowered.graph.node)
+    assert [o.domain for o in lowered.opset_import] == [""]
+    assert lowered.opset_import[0].version == model.opset_import[0].version
+    onnx.checker.check_model(lowered, full_check=True)
+    names = [o for n in lowered.graph.node for o in n.output]
+    assert len(names) == len(set(names))
+    natives = {"RoiAlign", "LpPool", "MaxRoiPool", "Col2Im"} & set(_op_types(lowered))
+    assert natives == ({"RoiAlign", "LpPool", "MaxRoiPool", "Col2Im"} if native else set())
+    _assert_same(_plain(lowered), want)
+
+
+def test_raising_a_lowered_model_gives_back_the_native_nodes():
+    model = _dml_model()
+    again = raise_model(dml_onnx.lower_model(model), functions=False).model
+    assert [t for t in _op_types(again) if t in dml_onnx.OPERATORS_BY_NAME] == [
+        "RoiAlign1", "LpPooling", "RoiPooling", "Fold", "Unfold", "Fold"]
+
+
+def test_lowering_needs_known_types_and_a_recent_opset():
+    model = _dml_model()
+    old = onnx.ModelProto()
+    old.CopyFrom(model)
+    old.opset_import[0].version = 13
+    with pytest.raises(dml_onnx.NotEquivalent, match="default opset >= 16, the model imports 13"):
+        dml_onnx.lower_model(old)
+    untyped = onnx.ModelProto()
+    untyped.CopyFrom(model)
+    untyped.graph.input[0].type.tensor_type.elem_type = 0
+    with pytest.raises(dml_onnx.NotEquivalent, match="element type of input 'image'"):
+        dml_onnx.lower_model(untyped)
+
+
+# ----------------------------------------------------------------------------- functions
+def test_functions_make_a_dml_onnx_model_portable():
+    model = dml_onnx.with_functions(_dml_model())
+    overloads = [n.overload for n in model.graph.node if n.domain == dml_onnx.DOMAIN]
+    assert all(overloads)
+    # the two Fold nodes differ in their attributes: two functions; every node has its own
+    assert sorted((f.name, f.overload) for f in model.functions) == sorted(
+        (n.op_type, n.overload) for n in model.graph.node if n.domain == dml_onnx.DOMAIN)
+    onnx.checker.check_model(model, full_check=True)
+    want = dml_onnx.InferenceSession(model).run(None, _feeds(model))
+    _assert_same(_plain(model), want)  # plain onnxruntime inlines the functions
+    assert dml_onnx.with_functions(model).SerializeToString(deterministic=True) == \
+        model.SerializeToString(deterministic=True)
+
+
+def test_nodes_with_equal_forms_share_one_function():
+    model = _dml_model()
+    twin = onnx.NodeProto()
+    twin.CopyFrom(next(n for n in model.graph.node if n.op_type == "Unfold"))
+    twin.name, twin.output[0] = "unfold_twin", "patches_twin"
+    model.graph.node.append(twin)
+    model.graph.output.append(_value("patches_twin", TensorProto.FLOAT, [2, 27, 30]))
+    with_functions = dml_onnx.with_functions(model)
+    assert sum(f.name == "Unfold" for f in with_functions.functions) == 1
+    outputs = _plain(with_functions)
+    np.testing.assert_array_equal(
+        outputs[-1], dml_onnx.InferenceSession(model).run(["patches_twin"], _feeds(model))[0])
+
+
+# ----------------------------------------------------------------------------- CLI
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dml_onnx", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def test_cli_raise_then_lower(tmp_path):
+    source, raised, lowered = (tmp_path / f"{n}.onnx" for n in ("source", "raised", "lowered"))
+    onnx.save(_standard_model(roi_align={"mode": "max"}), source)
+    result = _cli("raise", str(source), str(raised))
+    assert result.returncode == 0, result.stderr
+    assert "raised lp" in result.stdout and "kept align: mode 'max'" in result.stdout
+    assert "3 raised, 1 kept" in result.stdout
+    result = _cli("lower", str(raised), str(lowered), "--decompose")
+    assert result.returncode == 0, result.stderr
+    model = onnx.load(lowered)
+    assert not {"LpPool", "MaxRoiPool", "Col2Im"} & set(_op_types(model))
+    _assert_same(_plain(model), _plain(onnx.load(source)))
+
+
+def test_cli_reports_a_model_it_cannot_convert(tmp_path):
+    source = tmp_path / "old.onnx"
+    model = _dml_model()
+    model.opset_import[0].version = 13
+    onnx.save(model, source)
+    result = _cli("lower", str(source), str(tmp_path / "out.onnx"))
+    assert result.returncode == 1
+    assert "dml-onnx lower: the standard forms need the default opset >= 16" in result.stderr
