@@ -1,20 +1,34 @@
-"""Time every operator through ``dml_onnx.InferenceSession`` against its native peer, in one run.
+"""Time every operator through ``dml_onnx.InferenceSession`` against its native peers, in one run.
 
-Peers: onnxruntime's own kernels on the standard-op form of the same node (MaxRoiPool,
-RoiAlign, LpPool, Col2Im, and Pad + Gather for Unfold), plus ``torch.nn.functional.unfold``
-and torchvision's ``roi_align`` backward when those are importable (benchmark-only; never a
-dependency). Prints the median time of each and the ratio ours / peer (below 1: we are faster).
+    python benchmarks/run.py [--repeat N] [--only TEXT] [--results DIR]
 
-    python benchmarks/run.py [--repeat N] [--only NAME]
+Each row runs one ``dml_onnx`` node and its peers on the same inputs, alternating between them
+(so that drift in machine load touches both alike), and reports the median time of each, the
+spread (interquartile range over the median) and the ratio ours / peer against the target.
+Peers: onnxruntime's own kernels on the node's standard form (``MaxRoiPool``, ``RoiAlign``,
+``LpPool``, ``Col2Im``, ``Pad`` + ``Gather`` for Unfold), ``torch.nn.functional.unfold`` and
+torchvision's ``roi_align`` backward when torch and torchvision are importable (they are never
+a dependency; rows whose peer is missing say so), and for the float16 rows our own float32 run.
+Before timing, every row checks that our output equals the peer's where the specification says
+they agree, and measures the memory our run allocates (numpy allocations, by ``tracemalloc``).
+
+Writes ``benchmarks.md`` (the table) and, when matplotlib is importable (the ``bench`` extra),
+``benchmarks.png`` (ratios against targets) to ``--results`` (default: ``benchmarks/results``).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import gc
+import math
+import os
+import platform
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -22,130 +36,411 @@ import onnxruntime as ort
 import dml_onnx
 from dml_onnx.conformance import single_node_model
 
+RESULTS = Path(__file__).resolve().parent / "results"
+SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How our output must compare with a peer's: exactly, or within a tolerance."""
+
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    def check(self, ours: np.ndarray, peer: np.ndarray) -> tuple[bool, float]:
+        """(agrees, largest absolute difference)."""
+        ours, peer = np.asarray(ours), np.asarray(peer)
+        if ours.shape != peer.shape:
+            return False, math.inf
+        diff = float(np.max(np.abs(ours.astype(np.float64) - peer.astype(np.float64)),
+                            initial=0.0))
+        if not self.rtol and not self.atol:
+            return bool(np.array_equal(ours, peer)), diff
+        return bool(np.allclose(ours, peer, rtol=self.rtol, atol=self.atol)), diff
+
+    def describe(self) -> str:
+        return "exact" if not self.rtol and not self.atol else f"rtol {self.rtol:g}"
+
+
+EXACT = Agreement()
+
 
 @dataclass
-class Benchmark:
+class Peer:
+    """A peer of a row: ``make()`` returns its call (returning its output) or ``None`` when
+    the library it needs is missing (``missing`` says which)."""
+
+    label: str
+    make: Callable[[], Callable[[], np.ndarray] | None]
+    agreement: Agreement
+    missing: str = ""
+
+
+@dataclass
+class Row:
+    """One benchmark row: a node of ``op`` on ``inputs`` and the peers it is compared with."""
+
     name: str
     op: str
     inputs: tuple[np.ndarray | None, ...]
     attributes: dict
+    target: float
+    peers: list[Peer] = field(default_factory=list)
     outputs: tuple[bool, ...] = (True,)
-    torch_peer: Callable[[], Callable[[], object] | None] | None = None
+    tiny: bool = False
+    onnxruntime: tuple[str, Agreement] | None = None
+    """Add onnxruntime on the node's standard form as a peer: (its main ops, agreement)."""
+
+    def model(self):
+        definition = dml_onnx.OPERATORS_BY_NAME[self.op]
+        return single_node_model(definition, self.inputs, self.attributes, self.outputs)
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        definition = dml_onnx.OPERATORS_BY_NAME[self.op]
+        return {p.name: a for p, a in zip(definition.inputs, self.inputs) if a is not None}
 
 
-def _rois(rng: np.random.Generator, count: int, image: int, batch: int) -> np.ndarray:
-    """ROIs as [x1, y1, x2, y2] in an ``image``-pixel square, 16 to 512 pixels across."""
-    size = rng.uniform(16, 512, (count, 2))
-    corner = rng.uniform(0, image - size)
-    return np.concatenate([corner, corner + size], axis=1).astype(np.float32)
+@dataclass
+class Result:
+    row: str
+    peer: str
+    target: float
+    ours_ms: float = math.nan
+    ours_spread: float = math.nan
+    peer_ms: float = math.nan
+    peer_spread: float = math.nan
+    agrees: str = ""
+    temporaries: float = math.nan  # our peak numpy allocation beyond the outputs, in outputs
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_ms / self.peer_ms if self.peer_ms else math.nan
+
+    @property
+    def met(self) -> str:
+        return "" if math.isnan(self.ratio) else ("yes" if self.ratio <= self.target else "no")
 
 
-def benchmarks(rng: np.random.Generator) -> list[Benchmark]:
-    feature = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
-    image = rng.standard_normal((2, 256, 64, 64)).astype(np.float32)
-    boxes = _rois(rng, 512, 1024, 2)
-    batch = rng.integers(0, 2, 512)
-    pool_rois = np.concatenate([batch[:, None].astype(np.float32), boxes], axis=1)
-    tiny = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    tiny_rois = np.array([[0, 1, 1, 6, 5]], np.float32)
-    align = {"output_size": [7, 7], "spatial_scale_x": 1 / 16, "spatial_scale_y": 1 / 16,
-             "minimum_samples_per_output": 2, "maximum_samples_per_output": 2}
-    window = {"window_sizes": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
-    columns = rng.standard_normal((8, 576, 3136)).astype(np.float32)
-    gradient = rng.standard_normal((512, 256, 7, 7)).astype(np.float32)
+# ----------------------------------------------------------------------------- peers
+def _onnxruntime_peer(row: Row, ops: str, agreement: Agreement) -> Peer:
+    def make() -> Callable[[], np.ndarray]:
+        standard = dml_onnx.lower_model(row.model())
+        session = ort.InferenceSession(standard.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        feeds = row.feeds()
+        return lambda: session.run(None, feeds)[0]
+    return Peer(f"onnxruntime {ops}", make, agreement)
 
-    def torch_unfold():
+
+def _torch_unfold_peer(x: np.ndarray, window: int, padding: int) -> Peer:
+    def make() -> Callable[[], np.ndarray] | None:
         try:
             import torch
         except ImportError:
             return None
-        x = torch.from_numpy(feature)
-        return lambda: torch.nn.functional.unfold(x, 3, padding=1)
+        tensor = torch.from_numpy(x)
+        return lambda: torch.nn.functional.unfold(tensor, window, padding=padding).numpy()
+    return Peer("torch unfold", make, EXACT, missing="torch")
 
-    def torchvision_roi_align_backward():
+
+def _torchvision_backward_peer(x: np.ndarray, boxes: np.ndarray, batch: np.ndarray,
+                               gradient: np.ndarray, output: int, scale: float,
+                               sampling: int) -> Peer:
+    def make() -> Callable[[], np.ndarray] | None:
         try:
             import torch
             import torchvision
         except ImportError:
             return None
-        x = torch.from_numpy(image).requires_grad_(True)
-        boxes5 = torch.from_numpy(np.concatenate([batch[:, None], boxes], 1).astype(np.float32))
+        image = torch.from_numpy(x).requires_grad_(True)
+        regions = torch.from_numpy(np.concatenate([batch[:, None], boxes], 1).astype(x.dtype))
+        y = torchvision.ops.roi_align(image, regions, output, scale, sampling, aligned=True)
         g = torch.from_numpy(gradient)
+        # the backward alone: the forward graph is kept
+        return lambda: torch.autograd.grad(y, image, g, retain_graph=True)[0].numpy()
+    return Peer("torchvision roi_align backward", make, Agreement(1e-4, 1e-4),
+                missing="torch, torchvision")
 
-        y = torchvision.ops.roi_align(x, boxes5, 7, 1 / 16, 2, aligned=True)
-        return lambda: torch.autograd.grad(y, x, g, retain_graph=True)  # the backward alone
 
-    return [
-        Benchmark("RoiPooling [2,256,64,64] 512 ROIs 7x7", "RoiPooling", (image, pool_rois),
-                  {"pooled_size": [7, 7], "spatial_scale": 1 / 16}),
-        Benchmark("RoiPooling tiny [1,4,8,8] 1 ROI 2x2", "RoiPooling", (tiny, tiny_rois),
-                  {"pooled_size": [2, 2]}),
-        Benchmark("RoiAlign1 [2,256,64,64] 512 ROIs 7x7 avg sr2", "RoiAlign1",
-                  (image, boxes, batch), align),
-        Benchmark("RoiAlign1 tiny [1,4,8,8] 1 ROI 2x2", "RoiAlign1",
-                  (tiny, tiny_rois[:, 1:], np.zeros(1, np.int64)), {"output_size": [2, 2]}),
-        Benchmark("RoiAlignGrad dX [2,256,64,64] 512 ROIs 7x7 avg sr2", "RoiAlignGrad",
-                  (None, gradient, boxes, batch),
-                  {**{k: v for k, v in align.items() if k != "output_size"},
-                   "input_shape": list(image.shape)}, (True, False),
-                  torch_peer=torchvision_roi_align_backward),
-        Benchmark("LpPooling p2 3x3 pad1 [8,64,56,56]", "LpPooling", (feature,),
-                  {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}),
-        Benchmark("LpPooling tiny [1,4,8,8]", "LpPooling", (tiny,), {"window_size": [3, 3]}),
-        Benchmark("Unfold 3x3 pad1 [8,64,56,56]", "Unfold", (feature,), window,
-                  torch_peer=torch_unfold),
-        Benchmark("Unfold tiny [1,4,8,8]", "Unfold", (tiny,), {"window_sizes": [3, 3]}),
-        Benchmark("Fold 3x3 pad1 [8,576,3136] -> [8,64,56,56]", "Fold", (columns,),
-                  {**window, "output_size": [56, 56]}),
-        Benchmark("Fold tiny [1,36,36] -> [1,4,8,8]", "Fold",
-                  (rng.standard_normal((1, 36, 36)).astype(np.float32),),
-                  {"window_sizes": [3, 3], "output_size": [8, 8]}),
+def _float32_peer(row: Row) -> Peer:
+    """Ours on the same values in float32, rounded to float16 afterwards: the spec's float16
+    rule (compute in float32, round once) makes the two equal."""
+    def make() -> Callable[[], np.ndarray]:
+        wide = tuple(a.astype(np.float32) if a is not None and a.dtype == np.float16 else a
+                     for a in row.inputs)
+        wide_row = Row(row.name, row.op, wide, row.attributes, row.target, outputs=row.outputs)
+        session = dml_onnx.InferenceSession(wide_row.model())
+        feeds = wide_row.feeds()
+        return lambda: session.run(None, feeds)[0].astype(np.float16)
+    return Peer("ours float32", make, EXACT)
+
+
+# ----------------------------------------------------------------------------- rows
+def _rois(rng: np.random.Generator, count: int, image: int) -> np.ndarray:
+    """ROIs ``[x1, y1, x2, y2]`` in an ``image``-pixel square, 16 to 512 pixels across."""
+    size = rng.uniform(16, 512, (count, 2))
+    corner = rng.uniform(0, image - size)
+    return np.concatenate([corner, corner + size], axis=1).astype(np.float32)
+
+
+def rows(rng: np.random.Generator) -> list[Row]:
+    """The rows of the issue's target table, then the tiny cases, then float16 ones."""
+    feature = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    volume = rng.standard_normal((2, 16, 16, 32, 32)).astype(np.float32)
+    columns = rng.standard_normal((8, 576, 3136)).astype(np.float32)
+    image = rng.standard_normal((2, 256, 64, 64)).astype(np.float32)
+    boxes = _rois(rng, 512, 1024)
+    batch = rng.integers(0, 2, 512)
+    pool_rois = np.concatenate([batch[:, None].astype(np.float32), boxes], axis=1)
+    gradient = rng.standard_normal((512, 256, 7, 7)).astype(np.float32)
+    window = {"window_sizes": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
+    pad = {"start_padding": [1, 1], "end_padding": [1, 1]}
+    align = {"spatial_scale_x": 1 / 16, "spatial_scale_y": 1 / 16,
+             "minimum_samples_per_output": 2, "maximum_samples_per_output": 2}
+    grad_attributes = {**align, "input_shape": list(image.shape)}
+
+    tiny = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
+    tiny_box = np.array([[1, 1, 6, 5]], np.float32)
+    tiny_batch = np.zeros(1, np.int64)
+    tiny_columns = rng.standard_normal((1, 9, 64)).astype(np.float32)
+    tiny_gradient = rng.standard_normal((1, 1, 2, 2)).astype(np.float32)
+    tiny_align = {"minimum_samples_per_output": 2, "maximum_samples_per_output": 2}
+
+    close = Agreement(1e-5, 1e-5)
+    lp_pool, col2im = ("LpPool", close), ("Col2Im", close)
+    gather, max_roi_pool = ("Pad+Gather", EXACT), ("MaxRoiPool", EXACT)
+    roi_align = ("RoiAlign", Agreement(1e-4, 1e-4))
+    big = [
+        Row("LpPooling p=2, 3x3, pad 1, X [8,64,56,56]", "LpPooling", (feature,),
+            {"window_size": [3, 3], **pad}, 0.3, onnxruntime=lp_pool),
+        Row("LpPooling p=3, 3x3x3, X [2,16,16,32,32]", "LpPooling", (volume,),
+            {"window_size": [3, 3, 3], "p": 3}, 0.5, onnxruntime=lp_pool),
+        Row("Unfold 3x3, pad 1, X [8,64,56,56]", "Unfold", (feature,), window, 0.5,
+            [_torch_unfold_peer(feature, 3, 1)], onnxruntime=gather),
+        Row("Fold 3x3, pad 1, [8,576,3136] -> [8,64,56,56]", "Fold", (columns,),
+            {**window, "output_size": [56, 56]}, 0.5, onnxruntime=col2im),
+        Row("RoiPooling 7x7, 512 ROIs, X [2,256,64,64]", "RoiPooling", (image, pool_rois),
+            {"pooled_size": [7, 7], "spatial_scale": 1 / 16}, 0.7, onnxruntime=max_roi_pool),
+        Row("RoiAlign1 avg, sampling 2, 7x7, 512 ROIs", "RoiAlign1", (image, boxes, batch),
+            {"output_size": [7, 7], **align}, 1.0, onnxruntime=roi_align),
+        Row("RoiAlignGrad dX, same", "RoiAlignGrad", (None, gradient, boxes, batch),
+            grad_attributes, 0.3,
+            [_torchvision_backward_peer(image, boxes, batch, gradient, 7, 1 / 16, 2)],
+            outputs=(True, False)),
     ]
+    small = [
+        Row("LpPooling tiny, X [1,1,8,8]", "LpPooling", (tiny,),
+            {"window_size": [3, 3], **pad}, 2.0, onnxruntime=lp_pool),
+        Row("Unfold tiny, X [1,1,8,8]", "Unfold", (tiny,), window, 2.0,
+            [_torch_unfold_peer(tiny, 3, 1)], onnxruntime=gather),
+        Row("Fold tiny, [1,9,64] -> [1,1,8,8]", "Fold", (tiny_columns,),
+            {**window, "output_size": [8, 8]}, 2.0, onnxruntime=col2im),
+        Row("RoiPooling tiny, 1 ROI, X [1,1,8,8]", "RoiPooling",
+            (tiny, np.concatenate([tiny_batch[:, None], tiny_box], 1).astype(np.float32)),
+            {"pooled_size": [2, 2]}, 2.0, onnxruntime=max_roi_pool),
+        Row("RoiAlign1 tiny, 1 ROI, X [1,1,8,8]", "RoiAlign1", (tiny, tiny_box, tiny_batch),
+            {"output_size": [2, 2], **tiny_align}, 2.0, onnxruntime=roi_align),
+        Row("RoiAlignGrad dX tiny, 1 ROI, X [1,1,8,8]", "RoiAlignGrad",
+            (None, tiny_gradient, tiny_box, tiny_batch),
+            {**tiny_align, "input_shape": list(tiny.shape)}, 2.0,
+            [_torchvision_backward_peer(tiny, tiny_box, tiny_batch, tiny_gradient, 2, 1.0, 2)],
+            outputs=(True, False)),
+    ]
+    for row in small:
+        row.tiny = True
+    half = []
+    for row in big:
+        inputs = tuple(a.astype(np.float16) if a is not None and a.dtype == np.float32 else a
+                       for a in row.inputs)
+        if row.op == "RoiPooling":  # batch ids and corners stay exact in float16
+            inputs = (inputs[0], np.round(row.inputs[1]).astype(np.float16))
+        half_row = Row(f"{row.name.split(',')[0]} float16", row.op, inputs, row.attributes,
+                       1.5, outputs=row.outputs)
+        half_row.peers = [_float32_peer(half_row)]
+        half.append(half_row)
+    return big + small + half
 
 
-def median_ms(call: Callable[[], object], repeat: int) -> float:
-    call()  # warm up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+# ----------------------------------------------------------------------------- measuring
+def _sample(call: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
         call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return (time.perf_counter() - start) / inner
 
 
-def main() -> None:
+def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
+            ) -> list[list[float]]:
+    """Seconds per call, ``repeat`` samples of each call, the calls alternating."""
+    inner = [1] * len(calls)
+    if tiny:  # repeat each call in a sample until the sample is long enough to time
+        inner = [max(1, int(SAMPLE_SECONDS / max(_sample(c, 20), 1e-7))) for c in calls]
+    samples: list[list[float]] = [[] for _ in calls]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            for k, call in enumerate(calls):
+                samples[k].append(_sample(call, inner[k]))
+    finally:
+        if enabled:
+            gc.enable()
+    return samples
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    """Median in ms and spread: interquartile range over the median."""
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    return median * 1e3, (q3 - q1) / median
+
+
+def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
+    """Peak numpy allocation of one call beyond its outputs, in units of the outputs."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        outputs = call()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    size = sum(np.asarray(o).nbytes for o in outputs if o is not None)
+    return (peak - size) / size if size else math.nan
+
+
+def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
+    session = dml_onnx.InferenceSession(row.model())
+    feeds = row.feeds()
+    ours = lambda: session.run(None, feeds)[0]  # noqa: E731
+    peers = list(row.peers)
+    if row.onnxruntime is not None:
+        peers.insert(0, _onnxruntime_peer(row, *row.onnxruntime))
+    results, calls = [], [ours]
+    for peer in peers:
+        result = Result(row.name, peer.label, row.target)
+        call = peer.make()
+        if call is None:
+            result.agrees = f"peer missing ({peer.missing} not importable)"
+        else:
+            agrees, diff = peer.agreement.check(ours(), call())
+            result.agrees = (f"{'yes' if agrees else 'NO'} ({peer.agreement.describe()}, "
+                             f"max diff {diff:.1e})")
+            calls.append(call)
+        results.append((result, call))
+    log(f"  timing ours and {len(calls) - 1} peer(s), {repeat} samples each")
+    samples = measure(calls, repeat, row.tiny)
+    ours_ms, ours_spread = summary(samples[0])
+    temp = math.nan if row.tiny else temporaries(lambda: session.run(None, feeds))
+    timed = iter(samples[1:])
+    out = []
+    for result, call in results:
+        result.ours_ms, result.ours_spread, result.temporaries = ours_ms, ours_spread, temp
+        if call is not None:
+            result.peer_ms, result.peer_spread = summary(next(timed))
+        out.append(result)
+    return out
+
+
+# ----------------------------------------------------------------------------- reporting
+def _ms(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+
+
+def table(results: Sequence[Result]) -> str:
+    """The results as a Markdown table."""
+    lines = ["| benchmark | peer | ours ms | spread | peer ms | spread | ratio | target | met "
+             "| output check | temporaries |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for r in results:
+        ratio = "-" if math.isnan(r.ratio) else f"{r.ratio:.2f}"
+        spread = "-" if math.isnan(r.peer_spread) else f"{r.peer_spread:.0%}"
+        temp = "-" if math.isnan(r.temporaries) else f"{r.temporaries:.2f}"
+        lines.append(f"| {r.row} | {r.peer} | {_ms(r.ours_ms)} | {r.ours_spread:.0%} | "
+                     f"{_ms(r.peer_ms)} | {spread} | {ratio} | <= {r.target:g} | {r.met} | "
+                     f"{r.agrees} | {temp} |")
+    return "\n".join(lines)
+
+
+def environment(repeat: int) -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"onnxruntime {ort.__version__}, numpy {np.__version__}{_torch_versions()}; "
+            f"{repeat} samples per call (tiny cases: each sample averages a loop of about "
+            f"{SAMPLE_SECONDS * 1e3:g} ms)")
+
+
+def _torch_versions() -> str:
+    try:
+        import torch
+        import torchvision
+    except ImportError:
+        return "; torch/torchvision not installed"
+    return f", torch {torch.__version__}, torchvision {torchvision.__version__}"
+
+
+def markdown(results: Sequence[Result], repeat: int) -> str:
+    return (f"# Benchmark results\n\n{environment(repeat)}.\n\n"
+            "ratio = median ours / median peer (below 1: we are faster); spread = "
+            "interquartile range / median; output check = our output against the peer's; "
+            "temporaries = peak numpy allocation of our run beyond its outputs, in units of the "
+            "outputs' size.\n\n" + table(results) + "\n")
+
+
+def chart(results: Sequence[Result], path: Path) -> bool:
+    """A bar chart of the ratios with their targets; False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    shown = [r for r in results if not math.isnan(r.ratio)]
+    labels = [f"{r.row}\nvs {r.peer}" for r in shown]
+    ratios = [r.ratio for r in shown]
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(shown) + 1.2))
+    y = np.arange(len(shown))[::-1]
+    colors = ["tab:green" if r.ratio <= r.target else "tab:red" for r in shown]
+    ax.barh(y, ratios, color=colors, height=0.6)
+    ax.scatter([r.target for r in shown], y, marker="|", s=250, color="black", zorder=3,
+               label="target")
+    ax.axvline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlabel("time ours / time peer (log scale; below 1: we are faster)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--only", default="", help="run the benchmarks whose name has this")
-    args = parser.parse_args()
-    print(f"onnxruntime {ort.__version__}, numpy {np.__version__}, "
-          f"{args.repeat} timed runs each; ratio = ours / peer")
-    print(f"| {'benchmark':52} | {'ours ms':>8} | {'peer':32} | {'peer ms':>8} | ratio |")
-    print(f"|{'-' * 54}|{'-' * 10}|{'-' * 34}|{'-' * 10}|-------|")
-    for bench in benchmarks(np.random.default_rng(0)):
-        if args.only not in bench.name or bench.op not in dml_onnx.OPERATORS_BY_NAME:
-            continue
-        definition = dml_onnx.OPERATORS_BY_NAME[bench.op]
-        model = single_node_model(definition, bench.inputs, bench.attributes, bench.outputs)
-        feeds = {p.name: a for p, a in zip(definition.inputs, bench.inputs) if a is not None}
-        ours = dml_onnx.InferenceSession(model)
-        ours_ms = median_ms(lambda: ours.run(None, feeds), args.repeat)  # noqa: B023
-        peers = []
-        if definition.standard_form is not None:
-            standard = dml_onnx.lower_model(model)
-            ops = "+".join(dict.fromkeys(n.op_type for n in standard.graph.node
-                                         if n.op_type != "Constant"))
-            session = ort.InferenceSession(standard.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-            peers.append((f"onnxruntime {ops}", lambda: session.run(None, feeds)))  # noqa: B023
-        if bench.torch_peer is not None and (call := bench.torch_peer()) is not None:
-            peers.append(("torch" if bench.op == "Unfold" else "torchvision backward", call))
-        if not peers:
-            peers.append(("(no peer importable)", None))
-        for label, call in peers:
-            peer_ms = median_ms(call, args.repeat) if call else float("nan")
-            print(f"| {bench.name:52} | {ours_ms:8.2f} | {label:32} | {peer_ms:8.2f} | "
-                  f"{ours_ms / peer_ms:5.2f} |", flush=True)
+    parser.add_argument("--repeat", type=int, default=21, help="samples per call (default 21)")
+    parser.add_argument("--only", default="", help="run the rows whose name contains this")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="where to write benchmarks.md and benchmarks.png")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    chosen = [row for row in rows(np.random.default_rng(0)) if args.only in row.name]
+    results: list[Result] = []
+    for index, row in enumerate(chosen, 1):
+        log(f"[{index}/{len(chosen)}] {row.name}")
+        results += run_row(row, args.repeat, log)
+    text = markdown(results, args.repeat)
+    print(text)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "benchmarks.md").write_text(text)
+    if chart(results, args.results / "benchmarks.png"):
+        log(f"wrote {args.results / 'benchmarks.md'} and {args.results / 'benchmarks.png'}")
+    else:
+        log(f"wrote {args.results / 'benchmarks.md'}; no chart (matplotlib not installed: "
+            "pip install '.[bench]')")
 
 
 if __name__ == "__main__":

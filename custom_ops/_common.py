@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -119,6 +120,45 @@ def _count_phrase(counts: Sequence[int]) -> str:
     if counts == list(range(counts[0], counts[-1] + 1)) and len(counts) > 1:
         return f"{counts[0]} to {counts[-1]}"
     return " or ".join(map(str, counts))
+
+
+class WindowGeometry(NamedTuple):
+    """Checked sliding-window attributes with their defaults filled in, and the block counts."""
+
+    window: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    start_padding: tuple[int, ...]
+    end_padding: tuple[int, ...]
+    blocks: tuple[int, ...]  # B_d (output positions) per spatial axis, each >= 1
+
+    @property
+    def k(self) -> int:
+        return len(self.window)
+
+
+def read_extent(g: WindowGeometry, spatial: Sequence[int]) -> tuple[tuple[int, ...], bool]:
+    """The extent of the padded input that the windows read, per spatial axis (the tail of
+    the end padding, or of the input, may be left unread), and whether they read padding."""
+    extent = tuple((b - 1) * s + (w - 1) * d + 1
+                   for b, s, w, d in zip(g.blocks, g.strides, g.window, g.dilations))
+    return extent, any(g.start_padding) or any(e > size for e, size in zip(extent, spatial))
+
+
+def padded_copy_slices(g: WindowGeometry, spatial: Sequence[int], extent: Sequence[int]
+                       ) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Where the read part of an input of ``spatial`` sizes goes in a zero-padded buffer of
+    ``extent``: ``(buffer slices, input slices)`` over the spatial axes."""
+    kept = [max(0, min(size, e - a)) for size, e, a in zip(spatial, extent, g.start_padding)]
+    return (tuple(slice(a, a + m) for a, m in zip(g.start_padding, kept)),
+            tuple(slice(0, m) for m in kept))
+
+
+def as_key(values: Sequence[int] | None) -> tuple[int, ...]:
+    """A list attribute as a hashable tuple, for caches keyed by attributes (absent: empty)."""
+    if type(values) is tuple:
+        return values
+    return tuple(int(v) for v in values) if values is not None else ()
 
 
 def filled(values: Sequence[int] | None, k: int, default: int) -> tuple[int, ...]:

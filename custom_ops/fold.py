@@ -21,6 +21,10 @@ The kernel never loops over elements, only over window taps, adding one strided 
   summed into a scratch buffer laid out like ``X`` (lines of ``B_k``), and the scratch is then
   added into the phase in one pass: one shifted 1-D run per row when the phase's lines are
   ``B_k`` long (a grid line may overhang the output; the excess is cropped).
+
+Inputs of up to :data:`~custom_ops.unfold.SMALL` elements are instead one ``np.add.at`` by the
+positions Unfold reads (cached per shape and attributes), into an output with one extra
+element that collects the values falling into the padding.
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._common import KernelError, check_ints, check_rank
+from custom_ops._common import KernelError, WindowGeometry, as_key, check_ints, check_rank
 from custom_ops.unfold import (
-    WindowGeometry,
-    as_ints,
+    SMALL,
+    block_positions,
     block_range,
     window_attributes,
     window_geometry,
@@ -72,6 +76,7 @@ class _Plan(NamedTuple):
     in_place: bool  # one phase, the output itself: strides all 1 and lines O_k long
 
 
+@lru_cache(maxsize=256)
 def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...],
               dilations: tuple[int, ...], start_padding: tuple[int, ...],
               end_padding: tuple[int, ...],
@@ -79,6 +84,7 @@ def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...]
     """Check the attributes; the window geometry over ``output_size``, and ``output_size``.
 
     Cheap, unlike :func:`_plan` (one entry per window tap): attribute checks use this alone.
+    Cached (invalid attributes raise every time).
     """
     window = window_attributes(OP, node, window_sizes, strides, dilations, start_padding,
                                end_padding)[0]
@@ -134,7 +140,7 @@ def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequenc
                      dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
                      end_padding: Sequence[int] = (), output_size: Sequence[int]) -> None:
     """Check the attribute-only rules, including a block count below 1 over ``output_size``."""
-    _geometry(node, *map(as_ints, (window_sizes, strides, dilations, start_padding,
+    _geometry(node, *map(as_key, (window_sizes, strides, dilations, start_padding,
                                    end_padding, output_size)))
 
 
@@ -144,7 +150,7 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
          ) -> np.ndarray:
     """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
     X = np.asarray(X)
-    attributes = tuple(map(as_ints, (window_sizes, strides, dilations, start_padding,
+    attributes = tuple(map(as_key, (window_sizes, strides, dilations, start_padding,
                                      end_padding, output_size)))
     geometry, output = _geometry(node, *attributes)
     check_rank(OP, node, "X", X, (3,))
@@ -162,8 +168,13 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
                           f"is not the block count {blocks} of output_size {list(output)}")
     c = rows // taps
     accumulate = np.dtype(np.float32) if X.dtype == np.float16 else X.dtype
-    Y = np.zeros((n * c, *output), dtype=accumulate)
-    if Y.size:  # the plan has an entry per tap: build it only for X's taps (X is not empty)
+    if 0 < X.size <= SMALL:
+        Y = np.zeros(n * c * math.prod(output) + 1, dtype=accumulate)  # + the padding's sink
+        np.add.at(Y, _positions((n, c, *output), geometry), X.reshape(-1))
+        Y = Y[:-1]
+    else:
+        Y = np.zeros((n * c, *output), dtype=accumulate)
+    if X.size > SMALL:  # the plan has an entry per tap: build it only for X's taps
         plan = _plan(node, *attributes)
         if plan.phases:
             _fold_into(Y, X.reshape(n * c, taps, length), plan)
@@ -171,6 +182,12 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
         return Y.reshape(n, c, *output)
     with np.errstate(over="ignore"):  # float16: sums beyond its range round to +-inf
         return Y.reshape(n, c, *output).astype(X.dtype)
+
+
+@lru_cache(maxsize=256)
+def _positions(shape: tuple[int, ...], geometry: WindowGeometry) -> np.ndarray:
+    """The flat position in ``Y [N, C, *output]`` (``shape``) of every value of ``X``."""
+    return block_positions(shape, geometry).reshape(-1)
 
 
 def _fold_into(Y: np.ndarray, X: np.ndarray, plan: _Plan) -> None:

@@ -6,15 +6,25 @@
     Y[n, c, o] = (sum over window taps i of |X[n, c, o * stride - start + i * dilation]|^p)^(1/p)
 
 Taps in the zero padding add nothing. float16 is computed in float32 and rounded once.
+
+The window sum is separable: one spatial axis after the other, each a sum of strided slices
+(taps in order). The planes ``N * C`` go through in chunks of about :data:`CHUNK_BYTES`, so that
+the padded ``|X|^p`` and the partial sums of a chunk stay in cache and the temporaries stay
+small; the zero-padded buffer is filled once per chunk (its border stays zero).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from custom_ops._common import (
+    WindowGeometry,
+    as_key,
     check_float_input,
     check_int,
     check_memory,
@@ -22,10 +32,15 @@ from custom_ops._common import (
     check_window_attributes,
     compute_dtype,
     filled,
+    memory_limit,
+    padded_copy_slices,
+    read_extent,
     sliding_block_counts,
 )
 
 OP = "LpPooling"
+CHUNK_BYTES = 1 << 19
+"""Padded ``|X|^p`` of the planes computed together (at least one plane)."""
 
 
 def check_attributes(*, node: str, window_size: Sequence[int], strides: Sequence[int],
@@ -37,60 +52,103 @@ def check_attributes(*, node: str, window_size: Sequence[int], strides: Sequence
     check_int(OP, node, "p", p, minimum=1)
 
 
+@lru_cache(maxsize=256)
+def _attributes(node: str, window_size: tuple[int, ...], strides: tuple[int, ...],
+                start_padding: tuple[int, ...], end_padding: tuple[int, ...],
+                dilations: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
+    """Checked (cached; invalid ones raise every time): window, strides, dilations, start,
+    end, with defaults filled in."""
+    check_attributes(node=node, window_size=window_size, strides=strides,
+                     start_padding=start_padding, end_padding=end_padding, dilations=dilations,
+                     p=p)
+    k = len(window_size)
+    return (tuple(int(v) for v in window_size), filled(strides, k, 1), filled(dilations, k, 1),
+            filled(start_padding, k, 0), filled(end_padding, k, 0))
+
+
+class _Plan(NamedTuple):
+    geometry: WindowGeometry
+    extent: tuple[int, ...]  # padded input the windows read, per spatial axis
+    inside: tuple[slice, ...]  # where the read input goes in the padded buffer
+    kept: tuple[slice, ...]  # the input it reads
+    chunk: int  # planes per chunk
+
+
+@lru_cache(maxsize=256)
+def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
+          attributes: tuple[tuple[int, ...], ...], limit: int) -> _Plan:
+    """Per input shape and type (cached): block counts, padded layout, chunking, memory."""
+    window, strides, dilations, start, end = attributes
+    spatial = shape[2:]
+    counts = sliding_block_counts(OP, node, spatial, window, strides, dilations, start, end)
+    g = WindowGeometry(window, strides, dilations, start, end, counts)
+    extent = read_extent(g, spatial)[0]
+    plane = math.prod(extent) * compute_dtype(dtype).itemsize
+    chunk = max(1, min(math.prod(shape[:2]), CHUNK_BYTES // max(plane, 1)))
+    check_memory(OP, node, "output Y", (*shape[:2], *counts), dtype)
+    check_memory(OP, node, "temporary padded |X|^p", (chunk, *extent), compute_dtype(dtype))
+    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk)
+
+
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
                start_padding: Sequence[int], end_padding: Sequence[int],
                dilations: Sequence[int], p: int, node: str = "") -> np.ndarray:
     """Lp-norm pooling of ``X [N, C, D1..Dk]``; empty list attributes mean their default."""
-    check_attributes(node=node, window_size=window_size, strides=strides,
-                     start_padding=start_padding, end_padding=end_padding,
-                     dilations=dilations, p=p)
+    attributes = _attributes(node, as_key(window_size), as_key(strides), as_key(start_padding),
+                             as_key(end_padding), as_key(dilations), int(p))
+    X = np.asarray(X)
     check_float_input(OP, node, "X", X)
-    k = len(window_size)
-    check_rank(OP, node, "X", X, (k + 2,))
-    strides, dilations = filled(strides, k, 1), filled(dilations, k, 1)
-    start, end = filled(start_padding, k, 0), filled(end_padding, k, 0)
-    counts = sliding_block_counts(OP, node, X.shape[2:], window_size, strides, dilations,
-                                  start, end)
-
-    dtype = compute_dtype(X.dtype)
-    check_memory(OP, node, "temporary padded |X|^p",  # bounds every axis's padded sums
-                 (*X.shape[:2], *(d + a + b for d, a, b in zip(X.shape[2:], start, end))), dtype)
-    with np.errstate(over="ignore"):  # |x|^p beyond the type's range is inf, as the formula says
-        return _pool(X, dtype, window_size, strides, dilations, start, end, counts, p)
+    check_rank(OP, node, "X", X, (len(attributes[0]) + 2,))
+    plan = _plan(node, X.shape, X.dtype, attributes, memory_limit())
+    Y = np.empty((*X.shape[:2], *plan.geometry.blocks), X.dtype)
+    if X.size == 0:  # all taps read padding: zeros (without looping over a huge window)
+        Y.fill(0)
+    elif Y.size:
+        with np.errstate(over="ignore"):  # |x|^p beyond the range is inf, as the formula says
+            _pool(X, Y, plan, int(p))
+    return Y
 
 
-def _pool(X: np.ndarray, dtype: np.dtype, window_size: Sequence[int], strides: Sequence[int],
-          dilations: Sequence[int], start: Sequence[int], end: Sequence[int],
-          counts: Sequence[int], p: int) -> np.ndarray:
-    k = len(window_size)
-    magnitude = np.abs(X.astype(dtype, copy=False))
-    powered = magnitude * magnitude if p == 2 else magnitude ** dtype.type(p)
-    # The window sum is separable: reduce one spatial axis after the other, each over its taps.
-    acc = powered
-    for axis in range(k):
-        acc = _window_sum_along(acc, 2 + axis, window_size[axis], strides[axis], dilations[axis],
-                                start[axis], end[axis], counts[axis])
-    if p == 1:
-        result = acc
-    elif p == 2:
-        result = np.sqrt(acc)
-    else:
-        result = acc ** dtype.type(1.0 / p)
-    return result.astype(X.dtype, copy=False)
+def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
+    """``Y`` from ``X`` chunk by chunk of planes (both ``[N, C, ...]``)."""
+    g, dtype = plan.geometry, compute_dtype(X.dtype)
+    planes = math.prod(X.shape[:2])
+    X, Y = X.reshape(planes, *X.shape[2:]), Y.reshape(planes, *Y.shape[2:])
+    padded = np.zeros((plan.chunk, *plan.extent), dtype)
+    # partial sums: axis 0 reduced, then axes 0 and 1, ... (the last one is the result)
+    partial = [np.empty((plan.chunk, *g.blocks[:axis + 1], *plan.extent[axis + 1:]), dtype)
+               for axis in range(g.k)]
+    inside = (slice(None), *plan.inside)
+    for lo in range(0, planes, plan.chunk):
+        hi = min(planes, lo + plan.chunk)
+        magnitude = padded[:hi - lo][inside]
+        np.abs(X[(slice(lo, hi), *plan.kept)], out=magnitude)
+        if p == 2:
+            np.multiply(magnitude, magnitude, out=magnitude)
+        elif p != 1:
+            np.power(magnitude, dtype.type(p), out=magnitude)
+        acc = padded[:hi - lo]
+        for axis in range(g.k):
+            acc = _window_sum(acc, partial[axis][:hi - lo], 1 + axis, g.window[axis],
+                              g.strides[axis], g.dilations[axis])
+        if p == 1:
+            np.copyto(Y[lo:hi], acc, casting="same_kind")
+        elif p == 2:
+            np.sqrt(acc, out=Y[lo:hi])
+        else:
+            np.power(acc, dtype.type(1.0 / p), out=Y[lo:hi])
 
 
-def _window_sum_along(values: np.ndarray, axis: int, window: int, stride: int, dilation: int,
-                      start: int, end: int, count: int) -> np.ndarray:
-    """Sum of ``window`` dilated taps along ``axis``, with zero padding, at ``count`` outputs."""
-    if start or end:
-        pad = [(0, 0)] * values.ndim
-        pad[axis] = (start, end)
-        values = np.pad(values, pad)
+def _window_sum(values: np.ndarray, out: np.ndarray, axis: int, window: int, stride: int,
+                dilation: int) -> np.ndarray:
+    """``out`` = the sum of ``window`` dilated taps along ``axis`` of ``values``, in tap order."""
+    count = out.shape[axis]
     index: list[slice] = [slice(None)] * values.ndim
-    out = None
     for tap in range(window):
         first = tap * dilation
         index[axis] = slice(first, first + (count - 1) * stride + 1, stride)
-        term = values[tuple(index)]
-        out = term.copy() if out is None else np.add(out, term, out=out)
+        if tap:
+            np.add(out, values[tuple(index)], out=out)
+        else:
+            np.copyto(out, values[tuple(index)])
     return out

@@ -12,8 +12,11 @@ axes and asymmetric padding. Every ONNX numeric type and bool; values are copied
 
 The kernel pads once into a buffer that holds only the part the blocks read (or uses ``X``
 itself when they read no padding), builds a ``[N, C, window..., blocks...]`` strided view of
-it and copies that view into the output in one pass. This module also holds the window
-geometry that Fold (Unfold's adjoint) shares: :func:`window_geometry` and :func:`block_range`.
+it and copies that view into the output in one pass. Outputs of up to :data:`SMALL` elements
+are instead one gather of ``X``'s values by an index cached per shape and attributes (the
+strided path run once on the positions themselves). This module also holds the window
+geometry that Fold (Unfold's adjoint) shares: :func:`window_geometry`, :func:`block_range`
+and :func:`block_positions`.
 """
 
 from __future__ import annotations
@@ -28,34 +31,26 @@ from numpy.lib.stride_tricks import as_strided
 
 from custom_ops._common import (
     KernelError,
+    WindowGeometry,
+    as_key,
     check_memory,
     check_rank,
     check_window_attributes,
     filled,
+    memory_limit,
+    padded_copy_slices,
+    read_extent,
     sliding_block_counts,
 )
 
 OP = "Unfold"
+SMALL = 1 << 12
+"""Outputs of up to this many elements are gathered by a cached index (fewer numpy calls)."""
 
 #: Element types of Unfold (T_any): every ONNX numeric type numpy has natively, and bool.
 UNFOLD_TYPES = tuple(np.dtype(t) for t in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, np.bool_))
-
-
-class WindowGeometry(NamedTuple):
-    """Checked sliding-window attributes with their defaults filled in, and the block counts."""
-
-    window: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    start_padding: tuple[int, ...]
-    end_padding: tuple[int, ...]
-    blocks: tuple[int, ...]  # B_d per spatial axis, each >= 1
-
-    @property
-    def k(self) -> int:
-        return len(self.window)
 
 
 def window_attributes(op: str, node: str, window_sizes: Sequence[int], strides: Sequence[int],
@@ -72,11 +67,6 @@ def window_attributes(op: str, node: str, window_sizes: Sequence[int], strides: 
             filled(start_padding, k, 0), filled(end_padding, k, 0))
 
 
-def as_ints(values: Sequence[int] | None) -> tuple[int, ...]:
-    """A list attribute as a hashable tuple (absent: empty)."""
-    return tuple(int(v) for v in values) if values is not None else ()
-
-
 @lru_cache(maxsize=256)
 def window_geometry(op: str, node: str, spatial_shape: tuple[int, ...],
                     window_sizes: tuple[int, ...], strides: tuple[int, ...],
@@ -85,7 +75,7 @@ def window_geometry(op: str, node: str, spatial_shape: tuple[int, ...],
     """Check the attributes and compute the block counts over ``spatial_shape`` (k sizes).
 
     Cached (invalid attributes raise every time): every argument must be hashable, the lists
-    as tuples (:func:`as_ints`).
+    as tuples (:func:`~custom_ops._common.as_key`).
     """
     window, strides, dilations, start, end = window_attributes(
         op, node, window_sizes, strides, dilations, start_padding, end_padding)
@@ -115,40 +105,78 @@ def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequenc
     window_attributes(OP, node, window_sizes, strides, dilations, start_padding, end_padding)
 
 
+class _Plan(NamedTuple):
+    """One Unfold over one input shape: geometry, the padded extent it reads, and for small
+    outputs the gather index of ``Y`` into ``X``'s flat values (``X.size``: a padding zero)."""
+
+    geometry: WindowGeometry
+    extent: tuple[int, ...]  # of the padded input that the blocks read, per spatial axis
+    padded: bool  # the blocks read padding
+    index: np.ndarray | None
+
+
+@lru_cache(maxsize=256)
+def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype, window_sizes: tuple[int, ...],
+          strides: tuple[int, ...], dilations: tuple[int, ...], start_padding: tuple[int, ...],
+          end_padding: tuple[int, ...], limit: int) -> _Plan:
+    """Checked and cached per shape, element type, attributes and memory limit."""
+    n, c, *spatial = shape
+    g = window_geometry(OP, node, tuple(spatial), window_sizes, strides, dilations,
+                        start_padding, end_padding)
+    plan = _Plan(g, *read_extent(g, spatial), None)
+    if plan.padded:
+        check_memory(OP, node, "temporary padded X", (n, c, *plan.extent), dtype)
+    if n * c * math.prod(g.window) * math.prod(g.blocks) <= SMALL:
+        plan = plan._replace(index=block_positions(shape, g))
+    return plan
+
+
+def block_positions(shape: tuple[int, ...], geometry: WindowGeometry) -> np.ndarray:
+    """``[N, C * prod(window), L]``: the flat position in an array of ``shape`` that Unfold
+    reads each output value from; ``prod(shape)`` where it reads padding."""
+    positions = np.arange(math.prod(shape)).reshape(shape)
+    plan = _Plan(geometry, *read_extent(geometry, shape[2:]), None)
+    return _blocks(positions, plan, fill=positions.size)
+
+
+def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
+    """The strided path: pad (with ``fill``) if needed, view the blocks, copy once."""
+    g = plan.geometry
+    n, c, *spatial = X.shape
+    if plan.padded:  # pad into a buffer of the extent the blocks read
+        source = np.full((n, c, *plan.extent), fill, dtype=X.dtype)
+        inside, kept = padded_copy_slices(g, spatial, plan.extent)
+        source[(..., *inside)] = X[(..., *kept)]
+    else:
+        source = X  # no start padding and no end padding read: view the input itself
+    axis_strides = source.strides[2:]
+    view = as_strided(
+        source, shape=(n, c, *g.window, *g.blocks),
+        strides=(*source.strides[:2], *(st * d for st, d in zip(axis_strides, g.dilations)),
+                 *(st * s for st, s in zip(axis_strides, g.strides))),
+        writeable=False)
+    Y = np.empty(view.shape, dtype=X.dtype)
+    np.copyto(Y, view)
+    return Y.reshape(n, c * math.prod(g.window), math.prod(g.blocks))
+
+
 def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
            dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
            end_padding: Sequence[int] = (), node: str = "") -> np.ndarray:
     """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``."""
     X = np.asarray(X)
-    window_sizes = as_ints(window_sizes)
-    attributes = (window_sizes, as_ints(strides), as_ints(dilations), as_ints(start_padding),
-                  as_ints(end_padding))
+    window_sizes = as_key(window_sizes)
+    attributes = (window_sizes, as_key(strides), as_key(dilations), as_key(start_padding),
+                  as_key(end_padding))
     if X.ndim != len(window_sizes) + 2 or X.dtype not in UNFOLD_TYPES:
         window_attributes(OP, node, *attributes)  # attribute errors come first
         check_rank(OP, node, "X", X, (len(window_sizes) + 2,))
         raise KernelError(OP, node, "X element type", X.dtype.name,
                           "is not an integer, float16/32/64 or bool type")
-    n, c, *spatial = X.shape
-    window, strides, dilations, start, _, blocks = window_geometry(OP, node, tuple(spatial),
-                                                                   *attributes)
-    # Extent of the padded input that the blocks read (the tail of the end padding may be unused).
-    extent = tuple((b - 1) * s + (w - 1) * d + 1
-                   for b, s, w, d in zip(blocks, strides, window, dilations))
-    if any(start) or any(e > size for e, size in zip(extent, spatial)):
-        # zero-pad into a buffer of that extent
-        check_memory(OP, node, "temporary padded X", (n, c, *extent), X.dtype)
-        source = np.zeros((n, c, *extent), dtype=X.dtype)
-        kept = [max(0, min(size, e - a)) for size, e, a in zip(spatial, extent, start)]
-        source[(..., *(slice(a, a + m) for a, m in zip(start, kept)))] = \
-            X[(..., *(slice(0, m) for m in kept))]
-    else:
-        source = X  # no start padding and no end padding read: view the input itself
-    axis_strides = source.strides[2:]
-    view = as_strided(
-        source, shape=(n, c, *window, *blocks),
-        strides=(*source.strides[:2], *(st * d for st, d in zip(axis_strides, dilations)),
-                 *(st * s for st, s in zip(axis_strides, strides))),
-        writeable=False)
-    Y = np.empty(view.shape, dtype=X.dtype)
-    np.copyto(Y, view)
-    return Y.reshape(n, c * math.prod(window), math.prod(blocks))
+    plan = _plan(node, X.shape, X.dtype, *attributes, memory_limit())
+    if plan.index is None:
+        return _blocks(X, plan, fill=0)
+    values = X.reshape(-1)
+    if plan.padded:
+        values = np.concatenate((values, np.zeros(1, X.dtype)))
+    return values.take(plan.index)

@@ -6,7 +6,9 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 """
 
 from custom_ops import KernelError
+from custom_ops._common import memory_limit, set_memory_limit
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, make_model
+from dml_onnx.check import check_model
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
 from dml_onnx.form import NotEquivalent
 from dml_onnx.ops import BUILDERS, OPERATORS, OPERATORS_BY_NAME
@@ -22,6 +24,7 @@ globals().update(BUILDERS)  # roi_pooling, roi_align1, ... : one per operator of
 __all__ = [
     "BUILDERS", "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION",
     "STANDARD_OPSET", "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
-    "deregister_schemas", "make_model", "register_runtime_ops", "register_schemas",
-    "lower_model", "to_runtime_model", "with_functions", *BUILDERS,
+    "check_model", "deregister_schemas", "make_model", "memory_limit", "register_runtime_ops",
+    "register_schemas", "set_memory_limit", "lower_model", "to_runtime_model", "with_functions",
+    *BUILDERS,
 ]

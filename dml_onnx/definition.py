@@ -12,8 +12,11 @@ Shapes inside this package are lists of dims, each an ``int`` (known), a ``str``
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import operator
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +24,7 @@ import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.defs import OpSchema
 
+from custom_ops._common import KernelError, check_memory, memory_limit
 from dml_onnx.form import StandardNode
 
 DOMAIN = "dml_onnx"
@@ -179,26 +183,26 @@ class OpDefinition:
         values = {}
         for attribute in self.attributes:
             proto = given.pop(attribute.name, None)
-            if proto is None:
-                if attribute.required:
-                    raise ValueError(f"{self.name} '{label}': attribute {attribute.name} "
-                                     "is required but missing")
-                values[attribute.name] = attribute.kernel_default
-                continue
             values[attribute.name] = self._typed_value(attribute, proto, label)
         if given:
-            raise ValueError(f"{self.name} '{label}': unknown attribute "
-                             f"{sorted(given)[0]} (known: {', '.join(self.attribute_names)})")
+            raise KernelError(self.name, label, "attribute", sorted(given)[0],
+                              f"is unknown (known: {', '.join(self.attribute_names)})")
         self.check_attributes(node=label, **values)
         return values
 
-    def _typed_value(self, attribute: Attribute, proto: AttributeProto, label: str) -> Any:
+    def _typed_value(self, attribute: Attribute, proto: AttributeProto | None,
+                     label: str) -> Any:
+        """The kernel argument of one attribute (``proto`` ``None``: absent from the node)."""
+        if proto is None:
+            if attribute.required:
+                raise KernelError(self.name, label, "attribute", attribute.name,
+                                  "is required but missing")
+            return attribute.kernel_default
         expected = _ATTR_TYPES[attribute.type][0]
         if proto.type != expected:
-            raise ValueError(
-                f"{self.name} '{label}': attribute {attribute.name} has type "
-                f"{AttributeProto.AttributeType.Name(proto.type)}, expected "
-                f"{AttributeProto.AttributeType.Name(expected)}")
+            raise KernelError(self.name, label, f"attribute {attribute.name} type",
+                              AttributeProto.AttributeType.Name(proto.type),
+                              f"is not {AttributeProto.AttributeType.Name(expected)}")
         return attribute_value(proto)
 
     @property
@@ -209,23 +213,33 @@ class OpDefinition:
     def make_node(self, inputs: Sequence[str], outputs: Sequence[str], *, name: str | None = None,
                   **attributes: Any) -> NodeProto:
         """A node of this operator; attributes left ``None`` are omitted (their default)."""
-        unknown = set(attributes) - set(self.attribute_names)
-        if unknown:
-            raise TypeError(f"{self.name}: unknown attribute {sorted(unknown)[0]}")
-        if len(inputs) > len(self.inputs) or len(outputs) > len(self.outputs):
-            raise ValueError(f"{self.name}: takes at most {len(self.inputs)} inputs and "
-                             f"{len(self.outputs)} outputs")
-        kept = {k: v for k, v in attributes.items() if v is not None}
         node = helper.make_node(self.name, list(inputs), list(outputs), name=name or None,
                                 domain=DOMAIN)
+        where = f"{self.name} '{node_label(node)}'"
+        unknown = set(attributes) - set(self.attribute_names)
+        if unknown:
+            raise TypeError(f"{where}: unknown attribute {sorted(unknown)[0]} "
+                            f"(known: {', '.join(self.attribute_names)})")
+        kept = {k: v for k, v in attributes.items() if v is not None}
         for attribute in self.attributes:
             if attribute.name in kept:
-                node.attribute.append(_make_attribute(attribute, kept[attribute.name]))
+                node.attribute.append(_make_attribute(attribute, kept[attribute.name], where))
         self.check_node(node)
         return node
 
     def check_node(self, node: NodeProto) -> dict[str, Any]:
         """Validate a node's attributes and which inputs and outputs it has; its attributes."""
+        label = node_label(node)
+        for what, given, declared in (("input", node.input, self.inputs),
+                                      ("output", node.output, self.outputs)):
+            if len(given) > len(declared):
+                raise KernelError(self.name, label, f"{what} count", len(given),
+                                  f"is above the {len(declared)} {what}s of the operator "
+                                  f"({', '.join(p.name for p in declared)})")
+        for i, parameter in enumerate(self.inputs):
+            if not parameter.optional and not (i < len(node.input) and node.input[i]):
+                raise KernelError(self.name, label, "input", parameter.name,
+                                  "is required but missing")
         attributes = self.node_attributes(node)
         self.check_signature(node=node_label(node), attributes=attributes,
                              inputs=[i < len(node.input) and bool(node.input[i])
@@ -233,6 +247,33 @@ class OpDefinition:
                              outputs=[i < len(node.output) and bool(node.output[i])
                                       for i in range(len(self.outputs))])
         return attributes
+
+    def input_element_types(self, node: NodeProto, elem_types: Mapping[str, int]
+                            ) -> dict[str, int]:
+        """The ONNX element type of each type constraint, from the node's present inputs
+        (``elem_types``: element types by value name). Raises :class:`KernelError` for an
+        input whose type is unknown, not allowed, or differs from another of its constraint."""
+        label = node_label(node)
+        types: dict[str, int] = {}
+        for parameter, name in zip(self.inputs, node.input):
+            if not name:
+                continue
+            if name not in elem_types:
+                raise KernelError(self.name, label, f"{parameter.name} element type", None,
+                                  f"is not known (value '{name}'); declare it in the graph's "
+                                  "inputs or value_info")
+            elem = elem_types[name]
+            allowed = self.type_constraints[parameter.type]
+            if f"tensor({_type_name(elem)})" not in allowed:
+                raise KernelError(self.name, label, f"{parameter.name} element type",
+                                  _type_name(elem), f"is not one of {parameter.type}: "
+                                  f"{', '.join(t[len('tensor('):-1] for t in allowed)}")
+            first = types.setdefault(parameter.type, elem)
+            if first != elem:
+                raise KernelError(self.name, label, f"{parameter.name} element type",
+                                  _type_name(elem), f"differs from the {_type_name(first)} of "
+                                  f"the other {parameter.type} inputs")
+        return types
 
     # ----------------------------------------------------------------- onnx schema
     def to_schema(self) -> OpSchema:
@@ -252,14 +293,17 @@ class OpDefinition:
     def _onnx_inference(self, ctx: Any) -> None:
         # onnx names the node "node <op>[<domain>] (<name>)"
         label = ctx.get_display_name().rpartition("(")[2].rstrip(")") or "<unnamed>"
-        values = {}
-        for attribute in self.attributes:
-            proto = ctx.get_attribute(attribute.name)
-            if proto is None and attribute.required:
-                raise ValueError(f"{self.name} '{label}': attribute {attribute.name} is "
-                                 "required but missing")
-            values[attribute.name] = (attribute.kernel_default if proto is None
-                                      else self._typed_value(attribute, proto, label))
+        try:
+            self._infer(ctx, label)
+        except ValueError as error:
+            found = getattr(_inference_errors, "found", None)
+            if found is None:
+                raise
+            found.setdefault(label, []).append(str(error))
+
+    def _infer(self, ctx: Any, label: str) -> None:
+        values = {a.name: self._typed_value(a, ctx.get_attribute(a.name), label)
+                  for a in self.attributes}
         self.check_attributes(node=label, **values)
         shapes, elem_types = [], {}
         for i, parameter in enumerate(self.inputs):
@@ -291,9 +335,67 @@ class OpDefinition:
     def run_kernel(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
                    node: str, outputs_present: Sequence[bool]) -> tuple[np.ndarray | None, ...]:
         """Run the kernel; always returns one entry per declared output."""
-        result = self.kernel(*inputs, node=node, **attributes,
-                             **self.kernel_options(list(outputs_present)))
-        return result if isinstance(result, tuple) else (result,)
+        return self.bind_kernel(attributes, node, outputs_present)(inputs)
+
+    def bind_kernel(self, attributes: dict[str, Any], node: str, outputs_present: Sequence[bool]
+                    ) -> Callable[[Sequence[np.ndarray | None]], tuple[np.ndarray | None, ...]]:
+        """:meth:`run_kernel` with the node fixed: ``run(inputs)`` for repeated calls.
+
+        List attributes are passed as tuples, so that kernels can memoise on them.
+        """
+        options = {"node": node, **self.kernel_options(list(outputs_present)),
+                   **{name: tuple(value) if isinstance(value, list) else value
+                      for name, value in attributes.items()}}
+        kernel = self.kernel
+        fitted: list[Any] = [None]  # the last input shapes and memory limit that passed
+
+        def run(inputs: Sequence[np.ndarray | None]) -> tuple[np.ndarray | None, ...]:
+            key = (memory_limit(), *(None if a is None else (a.shape, a.dtype) for a in inputs))
+            if key != fitted[0]:
+                self.check_output_memory(inputs, attributes, node, outputs_present)
+                fitted[0] = key
+            result = kernel(*inputs, **options)
+            return result if isinstance(result, tuple) else (result,)
+        return run
+
+    def check_output_memory(self, inputs: Sequence[np.ndarray | None],
+                            attributes: dict[str, Any], node: str,
+                            outputs_present: Sequence[bool]) -> None:
+        """Raise :class:`KernelError` before a kernel runs when one of its requested outputs
+        (shapes from :attr:`infer_shapes`) would exceed the memory limit. Inputs whose shapes
+        do not fit are left to the kernel, which names the exact problem."""
+        try:
+            shapes = self.infer_shapes([None if a is None else list(a.shape) for a in inputs],
+                                       attributes, node)
+        except ValueError:
+            return
+        dtypes = {p.type: a.dtype for p, a in zip(self.inputs, inputs) if a is not None}
+        for parameter, shape, present in zip(self.outputs, shapes, outputs_present):
+            if present and shape is not None and all(known(d) for d in shape):
+                check_memory(self.name, node, f"output {parameter.name}", shape,
+                             dtypes[parameter.type])
+
+
+_inference_errors = threading.local()
+
+
+@contextlib.contextmanager
+def inference_errors_collected() -> Iterator[dict[str, list[str]]]:
+    """Within this context, onnx shape inference of a ``dml_onnx`` node that finds a problem
+    leaves the node's outputs unknown and records the message under the node's name in the
+    yielded dict, instead of raising (this thread only)."""
+    previous = getattr(_inference_errors, "found", None)
+    found: dict[str, list[str]] = {}
+    _inference_errors.found = found
+    try:
+        yield found
+    finally:
+        _inference_errors.found = previous
+
+
+def _type_name(elem_type: int) -> str:
+    """``"float"``, ``"int32"``...: an ONNX element type as type constraints spell it."""
+    return TensorProto.DataType.Name(elem_type).lower()
 
 
 def node_label(node: NodeProto) -> str:
@@ -317,19 +419,42 @@ def attribute_value(proto: AttributeProto) -> Any:
     return helper.get_attribute_value(proto)
 
 
-def _make_attribute(attribute: Attribute, value: Any) -> AttributeProto:
-    if attribute.type == "ints":
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
-            raise TypeError(f"attribute {attribute.name} takes a list of ints, not {value!r}")
-        return helper.make_attribute(attribute.name, [int(v) for v in value],
-                                     attr_type=AttributeProto.INTS)
-    if attribute.type == "float":
-        return helper.make_attribute(attribute.name, float(value))
-    if attribute.type == "int":
-        if isinstance(value, float) and not value.is_integer():
-            raise TypeError(f"attribute {attribute.name} takes an int, not {value!r}")
-        return helper.make_attribute(attribute.name, int(value))
-    return helper.make_attribute(attribute.name, str(value))
+_BUILDER_TYPES = {"ints": "a list of int64 values", "float": "a float", "int": "an int64 value",
+                  "string": "a string"}
+
+
+def _make_attribute(attribute: Attribute, value: Any, where: str) -> AttributeProto:
+    """The attribute proto of a builder argument; ``where`` (op and node) prefixes errors."""
+    try:
+        if attribute.type == "ints":
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray):
+                raise TypeError(value)
+            return helper.make_attribute(attribute.name, [_integer(v) for v in value],
+                                         attr_type=AttributeProto.INTS)
+        if attribute.type == "int":
+            return helper.make_attribute(attribute.name, _integer(value))
+        if attribute.type == "float":
+            if isinstance(value, (str, bytes)):
+                raise TypeError(value)
+            return helper.make_attribute(attribute.name, float(value))
+        if not isinstance(value, str):
+            raise TypeError(value)
+        return helper.make_attribute(attribute.name, value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{where}: attribute {attribute.name} takes "
+                        f"{_BUILDER_TYPES[attribute.type]}, not {value!r}") from None
+
+
+def _integer(value: Any) -> int:
+    """An int64 from an integer (or an integral float); ``TypeError``/``ValueError`` else."""
+    if isinstance(value, float | np.floating):
+        if not float(value).is_integer():
+            raise TypeError(value)
+        value = int(value)
+    result = operator.index(value)
+    if not -(1 << 63) <= result < 1 << 63:
+        raise ValueError(value)
+    return result
 
 
 def _shape_from_proto(tensor: Any) -> list[Dim]:

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
+import dml_onnx
 from dml_onnx import conformance, docs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,38 +47,61 @@ def test_console_script_and_module_are_the_same_command():
     assert by_script.stdout == by_module.stdout == docs.operator_reference() + "\n"
 
 
-def test_committed_conformance_models_are_current_and_pass(tmp_path):
-    committed = sorted(p.name for p in (ROOT / "models").glob("test_*"))
-    cases = conformance.all_cases()
-    assert committed == sorted(c.name for c in cases), "run: dml-onnx write-conformance models"
-    for case in cases:
-        stored = conformance.load_case(ROOT / "models" / case.name)
-        assert stored.model.graph == case.model.graph
-        assert stored.model.ir_version == case.model.ir_version
-        assert list(stored.model.opset_import) == list(case.model.opset_import)
-        assert list(stored.feeds) == list(case.feeds)
-        for name in case.feeds:
-            np.testing.assert_array_equal(stored.feeds[name], case.feeds[name])
-        assert conformance.compare(stored, case.expected) == []
-    result = _cli(sys.executable, "-m", "dml_onnx", "check-conformance", "models")
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_committed_conformance_suite_is_current(tmp_path):
+    """Regenerating the suite gives byte-identical files: the committed one is not stale."""
+    conformance.export_suite(tmp_path)
+    committed = {name: data for name, data in _tree(ROOT / "models").items()
+                 if name.startswith("test_")}
+    assert sorted(committed) == sorted(_tree(tmp_path)), "run: dml-onnx conformance export"
+    stale = [name for name, data in _tree(tmp_path).items() if committed[name] != data]
+    assert stale == [], "run: dml-onnx conformance export"
+
+
+def test_conformance_suite_covers_every_operator_with_expanded_twins():
+    names = [p.name for p in (ROOT / "models").glob("test_*")]
+    for definition in dml_onnx.OPERATORS:
+        prefix = f"test_{conformance.snake(definition.name)}_"
+        mine = [n for n in names if n.startswith(prefix)]
+        assert len(mine) >= 10, definition.name
+        assert all(f"{n}_expanded" in names for n in mine if not n.endswith("_expanded"))
+    for name in names:
+        model = onnx.load(ROOT / "models" / name / "model.onnx")
+        domains = {n.domain for n in model.graph.node}
+        assert domains == ({""} if name.endswith("_expanded") else {dml_onnx.DOMAIN})
+        assert model.ir_version == dml_onnx.IR_VERSION
+        assert {o.domain for o in model.opset_import} <= {"", dml_onnx.DOMAIN}
+
+
+def test_conformance_run_passes_on_the_committed_suite():
+    result = _cli(sys.executable, "-m", "dml_onnx", "conformance", "run", "models", "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"conformance: {len(cases)} passed, 0 failed" in result.stdout
+    count = len(list((ROOT / "models").glob("test_*")))
+    assert f"conformance: {count} passed, 0 failed" in result.stdout
+    for definition in dml_onnx.OPERATORS:
+        assert f"| {definition.name} |" in result.stdout
 
 
-def test_check_conformance_reports_a_wrong_stored_output(tmp_path):
-    conformance.write_suite(tmp_path)
-    victim = sorted(tmp_path.glob("test_*"))[0] / "test_data_set_0" / "output_0.pb"
+def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
+    for name in ("test_unfold_seed_1", "test_unfold_seed_1_expanded"):
+        shutil.copytree(ROOT / "models" / name, tmp_path / name)
+    victim = tmp_path / "test_unfold_seed_1_expanded" / "test_data_set_0" / "output_0.pb"
     tensor = onnx.load_tensor(victim)
     array = onnx.numpy_helper.to_array(tensor).copy()
     array.flat[0] = array.flat[0] + 1
     onnx.save_tensor(onnx.numpy_helper.from_array(array, tensor.name), victim)
-    result = _cli(sys.executable, "-m", "dml_onnx", "check-conformance", str(tmp_path),
-                  "--runtime", "reference")
+    result = _cli(sys.executable, "-m", "dml_onnx", "conformance", "run", str(tmp_path))
     assert result.returncode == 1
-    assert "1 failed" in result.stdout and "differs in 1 of" in result.stdout
+    assert "1 passed, 1 failed" in result.stdout
+    assert "test_unfold_seed_1_expanded: Y differs in 1 of" in result.stdout
+    assert "[2/2] test_unfold_seed_1_expanded FAILED" in result.stderr
 
 
-@pytest.mark.parametrize("args", [("check-conformance", "no_such_folder"), ("bogus",)])
+@pytest.mark.parametrize("args", [("conformance", "run", "no_such_folder"), ("bogus",)])
 def test_cli_rejects_bad_use(args):
     result = _cli(sys.executable, "-m", "dml_onnx", *args)
     assert result.returncode == 2

@@ -1,118 +1,99 @@
-"""Standard-op forms against onnxruntime's native kernels (MaxRoiPool, LpPool, Col2Im, RoiAlign,
-Pad + Gather), or onnx's reference implementation where onnxruntime has no kernel or a known
-bug."""
+"""Standard-op forms across the operator table: every example of every operator, lowered with
+native ops preferred and with decompositions only, at the opsets the forms support, runs in
+plain onnxruntime and agrees with the kernels; plus the emitter the forms use.
+
+Each operator's form is tested in depth (hypothesis over shapes, attributes and types) in
+``test_standard_<family>.py``."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx
-import onnx.reference
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto
 
 import dml_onnx
-from dml_onnx.conformance import example_case
+from dml_onnx.conformance import Tolerance, compare, example_case, snake
+from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS, StandardNode, op_version
+
+EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if not e.error]
 
 
-def _has_equivalent(definition, example) -> bool:
-    try:
-        dml_onnx.to_standard_model(example_case(definition, example).model)
-    except dml_onnx.NotEquivalent:
-        return False
-    return True
-
-
-CASES = [(d, e) for d in dml_onnx.OPERATORS if d.standard_form is not None
-         for e in d.examples() if not e.error and _has_equivalent(d, e)]
-# Examples without an equivalent: Fold in 1-D (Col2Im has 2+ axes); RoiAlign1 with nearest,
-# max, corner alignment or other offsets (RoiAlign cannot express them).
-CONVERTIBLE = {"RoiPooling": 5, "RoiAlign1": 3, "LpPooling": 5, "Unfold": 7, "Fold": 4}
-
-
-def test_the_examples_with_a_standard_form_are_the_expected_ones():
-    counts = {}
-    for definition, _ in CASES:
-        counts[definition.name] = counts.get(definition.name, 0) + 1
-    assert counts == CONVERTIBLE
-
-
-def _as_float32(definition, example):
-    """onnxruntime's MaxRoiPool, LpPool and Col2Im take float32 only (its Pad takes most types
-    but not 16-bit integers): compare the mapping of the attributes on float32 copies."""
-    if definition.name == "Unfold":
-        inputs = tuple(a.astype(np.int32) if a.dtype in (np.int16, np.uint16) else a
-                       for a in example.inputs)
-        return dataclasses.replace(example, inputs=inputs)
-    inputs = tuple(a.astype(np.float32) if a is not None and a.dtype.kind in "fiu" and
-                   definition.inputs[i].type == "T" else a for i, a in enumerate(example.inputs))
-    return dataclasses.replace(example, inputs=inputs, expected=())
-
-
-def _native_runner(definition, example, standard):
-    """onnxruntime, except where its kernel is wrong (Col2Im in 3-D with dilation > 1, see
-    the research notes): there onnx's reference implementation."""
-    dilated_3d = definition.name == "Fold" and len(example.attributes["window_sizes"]) == 3 \
-        and any(d > 1 for d in example.attributes.get("dilations", []))
-    if dilated_3d:
-        return onnx.reference.ReferenceEvaluator(standard)
-    return ort.InferenceSession(standard.SerializeToString(), providers=["CPUExecutionProvider"])
-
-
-@pytest.mark.parametrize("pair", CASES, ids=lambda p: f"{p[0].name}-{p[1].name}")
-def test_standard_form_computes_the_same(pair):
-    definition, example = pair
-    example = _as_float32(definition, example)
+@pytest.mark.parametrize(("opset", "native"), [(16, False), (18, True), (22, True)])
+@pytest.mark.parametrize(("definition", "example"), EXAMPLES,
+                         ids=[f"{snake(d.name)}_{e.name}" for d, e in EXAMPLES])
+def test_every_example_lowers_to_standard_ops_that_agree(definition, example, opset, native):
     case = example_case(definition, example)
-    standard = dml_onnx.to_standard_model(case.model)
-    assert all(n.domain in ("", "ai.onnx") for n in standard.graph.node)
-    onnx.checker.check_model(standard, full_check=True)
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    del model.functions[:]
+    model.opset_import[0].version = opset
+    lowered = dml_onnx.lower_model(model, native=native)
+    onnx.checker.check_model(lowered, full_check=True)
+    used = {n.op_type for n in lowered.graph.node}
+    if not native:
+        assert not used & set(NATIVE_VERSIONS)
+    for op in used & set(NATIVE_VERSIONS):
+        assert op_version(op, opset) in NATIVE_VERSIONS[op]
+    session = ort.InferenceSession(lowered.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
     names = list(case.expected)
-    ours = dml_onnx.InferenceSession(case.model).run(names, case.feeds)
-    native = _native_runner(definition, example, standard).run(names, case.feeds)
-    if _adaptive_align(definition, example):
-        keep = _positive_regions(example)
-        native, ours = [a[keep] for a in native], [a[keep] for a in ours]
-    for got, want in zip(native, ours):
-        assert got.shape == want.shape and got.dtype == want.dtype
-        if want.dtype.kind == "f":
-            tolerance = 1e-3 if want.dtype == np.float16 else 1e-5
-            np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
-        else:
-            np.testing.assert_array_equal(got, want)
+    outcome = compare(case, dict(zip(names, session.run(names, case.feeds))))
+    assert outcome.passed, outcome.problems
 
 
-def _adaptive_align(definition, example) -> bool:
-    return definition.name == "RoiAlign1" and \
-        example.attributes.get("maximum_samples_per_output", 2**32 - 1) == 2**32 - 1
+def test_conformance_cases_use_the_versions_directml_registers():
+    """Where a case's expanded twin has a native op, its opset resolves it to the version the
+    DirectML execution provider registers."""
+    seen = set()
+    for definition, example in EXAMPLES:
+        case = example_case(definition, example)
+        opset = case.model.opset_import[0].version
+        lowered = dml_onnx.lower_model(case.model)
+        for op in {n.op_type for n in lowered.graph.node} & set(DIRECTML_VERSIONS):
+            assert op_version(op, opset) == DIRECTML_VERSIONS[op], (case.name, op, opset)
+            seen.add(op)
+    assert seen == set(DIRECTML_VERSIONS)
 
 
-def _positive_regions(example) -> np.ndarray:
-    rois = example.inputs[1].reshape(-1, 4).astype(np.float64)
-    return (rois[:, 2] > rois[:, 0]) & (rois[:, 3] > rois[:, 1])
+def _node(opset: int) -> StandardNode:
+    return StandardNode("n", ["x"], ["y"], {}, [TensorProto.FLOAT], opset, "p")
 
 
-def test_adaptive_sampling_differs_from_roialign_only_for_empty_or_inverted_regions():
-    """The spec's sample count ceil(|size| / OW) >= 1 samples an empty or inverted region;
-    ONNX RoiAlign's ceil(size / OW) is 0 or negative there and gives 0."""
-    definition = dml_onnx.OPERATORS_BY_NAME["RoiAlign1"]
-    example = next(e for e in definition.examples() if _adaptive_align(definition, e)
-                   and not e.error and len(e.inputs[1]) and not _positive_regions(e).all())
-    case = example_case(definition, example)
-    ours = dml_onnx.InferenceSession(case.model).run(None, case.feeds)[0]
-    standard = dml_onnx.to_standard_model(case.model)
-    native = ort.InferenceSession(standard.SerializeToString(),
-                                  providers=["CPUExecutionProvider"]).run(None, case.feeds)[0]
-    degenerate = ~_positive_regions(example)
-    assert (native[degenerate] == 0).all()
-    assert (ours[degenerate] != 0).any()
-    np.testing.assert_allclose(native[~degenerate], ours[~degenerate], rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("opset", [16, 17, 18, 22])
+def test_emitter_reductions_follow_the_opset(opset):
+    node = _node(opset)
+    node.op("Identity", node.reduce("ReduceMax", node.reduce("ReduceSum", "x", [1]), [2],
+                                    keepdims=0), outputs=["y"])
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            node.nodes, "g", [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                 [2, 3, 4])],
+            [onnx.helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])]),
+        ir_version=dml_onnx.IR_VERSION, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (y,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.sum(1, keepdims=True).max(2))
+    names = [o for n in node.nodes for o in n.output]
+    assert len(names) == len(set(names)) and all(n.startswith("p_") for n in names[:-1])
 
 
-def test_operators_without_an_equivalent_say_so():
-    fold = dml_onnx.OPERATORS_BY_NAME["Fold"]
-    example = next(e for e in fold.examples() if not e.error and not _has_equivalent(fold, e))
-    model = example_case(fold, example).model
-    with pytest.raises(dml_onnx.NotEquivalent, match="Col2Im needs 2 or more spatial axes"):
-        dml_onnx.to_standard_model(model)
+@pytest.mark.parametrize(("opset", "native", "expected"), [
+    (16, True, {"MaxRoiPool": True, "RoiAlign": True, "LpPool": True, "Col2Im": False}),
+    (18, True, {"MaxRoiPool": True, "RoiAlign": True, "LpPool": True, "Col2Im": True}),
+    (22, True, {"MaxRoiPool": True, "RoiAlign": True, "LpPool": True, "Col2Im": True}),
+    (18, False, {"MaxRoiPool": False, "RoiAlign": False, "LpPool": False, "Col2Im": False}),
+])
+def test_native_ops_only_where_the_opset_has_a_known_version(opset, native, expected):
+    node = StandardNode("n", ["x"], ["y"], {}, [TensorProto.FLOAT], opset, "p", native=native)
+    assert {op: node.uses_native(op) for op in expected} == expected
+    assert node.uses_native("LpPool", minimum_version=18) == (native and opset >= 18)
+
+
+def test_tolerance_is_zero_for_exact_outputs_and_a_few_ulps_for_floats():
+    assert Tolerance.for_outputs([np.arange(4)]) == Tolerance()
+    tolerance = Tolerance.for_outputs([np.array([1.0, -8.0, np.inf], np.float32)])
+    assert tolerance.relative == pytest.approx(16 * np.finfo(np.float32).eps)
+    assert tolerance.absolute == pytest.approx(8 * tolerance.relative)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto
+import onnx
+from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import fold as kernel
-from custom_ops._common import filled
+from custom_ops._common import sliding_block_counts
 from dml_onnx.definition import (
     NUMERIC_TYPES,
     Attribute,
@@ -19,16 +21,29 @@ from dml_onnx.definition import (
     Shape,
     product,
 )
-from dml_onnx.form import NotEquivalent, StandardNode
-from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts
+from dml_onnx.form import StandardNode
+from dml_onnx.ops._window import (
+    EVERYTHING,
+    WINDOW_ATTRIBUTES,
+    Window,
+    WindowCase,
+    block_counts,
+    case_blocks,
+    case_shape,
+    compute_type,
+    element_dtypes,
+    sample,
+    window_cases,
+    write_output,
+)
 from dml_onnx.ops.unfold import WINDOW_SIZES
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
     op, window, output_size = kernel.OP, attributes["window_sizes"], attributes["output_size"]
-    n, rows, length = shapes[0] if shapes[0] is not None else [None] * 3
     if shapes[0] is not None and len(shapes[0]) != 3:
         raise ValueError(f"{op} '{node}': X rank {len(shapes[0])} is not 3")
+    n, rows, length = shapes[0] if shapes[0] is not None else [None] * 3
     blocks = block_counts(op, node, output_size, window, attributes, what="block count")
     count = product(blocks)
     if isinstance(length, int) and isinstance(count, int) and length != count:
@@ -44,16 +59,77 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[n, channels, *output_size]]
 
 
+NATIVE_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+"""Element types onnxruntime's CPU ``Col2Im`` computes (float32; float16 through a cast, since
+the kernel accumulates float16 in float32)."""
+
+
 def _standard_form(node: StandardNode) -> None:
-    """``Col2Im`` (opset 18), which has two or more spatial axes."""
+    """``Col2Im``, or an exact scatter-add; float16 runs in float32 and is rounded once.
+
+    ``Col2Im`` (opset 18 and later) for float32 and float16 when the node prefers native ops,
+    k >= 2 (Col2Im's minimum), every output size is at least 1 (onnxruntime refuses 0), and
+    k == 2 or every dilation is 1: onnxruntime's N-d path (k >= 3) is wrong with dilations (it
+    passes the dilated window and the dilations), so those nodes use the decomposition.
+    onnxruntime's ``Col2Im`` refuses an empty channel axis: an error, never a wrong value.
+
+    Otherwise, and for the other types: ``ScatterElements`` with ``reduction="add"`` of ``X``
+    as ``[N, C, W * L]`` into zeros ``[N, C, prod(P)]`` (``P`` the padded output sizes) at
+    each tap's flat position in the padded output, ``Reshape`` to ``[N, C, P1..Pk]`` and
+    ``Slice`` off the padding. Integers add in their own type and wrap around, like the
+    kernel.
+    """
     a = node.attributes
-    k = len(a["window_sizes"])
-    if k < 2:
-        raise NotEquivalent(f"'{node.label}': Col2Im needs 2 or more spatial axes, not {k}")
-    node.op("Col2Im", node.inputs[0], node.constant(a["output_size"]),
-            node.constant(a["window_sizes"]), outputs=node.outputs,
-            strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
-            pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)])
+    window, output = Window.of(a["window_sizes"], a), tuple(a["output_size"])
+    compute = compute_type(node.elem_type)
+    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    if (node.elem_type in NATIVE_TYPES and window.k >= 2 and min(output) >= 1
+            and (window.k == 2 or all(d == 1 for d in window.dilations))
+            and onnx.defs.has("Col2Im", node.opset) and node.uses_native("Col2Im")):
+        y = node.op("Col2Im", x, node.constant(output), node.constant(window.sizes),
+                    strides=list(window.strides), dilations=list(window.dilations),
+                    pads=[*window.start, *window.end])
+    else:
+        y = _scatter_add(node, x, compute, window, output)
+    write_output(node, y, compute)
+
+
+def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
+                 output: tuple[int, ...]) -> str:
+    """Fold of ``x`` (``elem_type``) as a scatter-add into the padded output, then a slice."""
+    k, taps = window.k, math.prod(window.sizes)
+    blocks = sliding_block_counts(kernel.OP, node.label, output, *window)
+    padded = [o + s + e for o, s, e in zip(output, window.start, window.end)]
+    # flat position in the padded output of tap i and block b: sum over d of
+    # (b_d * stride_d + i_d * dilation_d) * (P_{d+1} * ... * P_k), as [w1..wk, B1..Bk]
+    index = None
+    for d, (w, s, dilation) in enumerate(zip(window.sizes, window.strides, window.dilations)):
+        along = (np.arange(w)[:, None] * dilation + np.arange(blocks[d]) * s) \
+            * math.prod(padded[d + 1:])
+        shape = [1] * (2 * k)
+        shape[d], shape[k + d] = w, blocks[d]
+        term = node.constant(along.reshape(shape))
+        index = term if index is None else node.op("Add", index, term)
+    positions = [taps * math.prod(blocks)]
+    images = node.op("Concat", node.op("Shape", x, end=1),
+                     node.op("Div", node.op("Shape", x, start=1, end=2), node.constant([taps])),
+                     axis=0)
+
+    def sized(*sizes: int) -> str:
+        return node.op("Concat", images, node.constant(list(sizes)), axis=0)
+
+    zero = onnx.numpy_helper.from_array(np.zeros(1, helper.tensor_dtype_to_np_dtype(elem_type)))
+    summed = node.op("ScatterElements", node.op("ConstantOfShape", sized(math.prod(padded)),
+                                                value=zero),
+                     node.op("Expand", node.op("Reshape", index, node.constant(positions)),
+                             sized(*positions)),
+                     node.op("Reshape", x, sized(*positions)), axis=2, reduction="add")
+    grid = node.op("Reshape", summed, sized(*padded))
+    if not window.padded:
+        return grid
+    return node.op("Slice", grid, node.constant(window.start),
+                   node.constant([s + o for s, o in zip(window.start, output)]),
+                   node.constant(list(range(2, 2 + k))))
 
 
 def _examples() -> tuple[Example, ...]:
@@ -75,7 +151,21 @@ def _examples() -> tuple[Example, ...]:
                 {"window_sizes": [2, 2, 2, 2], "output_size": [2, 2, 2, 3]}),
         Example("block_count_disagrees", (x_padded[:, :, :19],), padded,
                 error="X dim 2 19 is not the block count 20"),
+        *_table(np.random.default_rng(60)),
     )
+
+
+def _table(rng: np.random.Generator) -> tuple[Example, ...]:
+    """The shared geometries in float32 (``output_size`` the case's spatial sizes, ``X`` the
+    matching ``[N, C * W, L]``), then every element type on :data:`EVERYTHING`."""
+    def example(name: str, case: WindowCase, dtype: np.dtype) -> Example:
+        n, c, *_ = case_shape(case)
+        shape = (n, c * math.prod(case.attributes["window"]), math.prod(case_blocks(case)))
+        return Example(name, (sample(rng, shape, dtype),),
+                       {**case.for_op("window_sizes"), "output_size": list(case.spatial)})
+    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(6)),
+            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
+              for dtype in element_dtypes(NUMERIC_TYPES)))
 
 
 DEFINITION = OpDefinition(

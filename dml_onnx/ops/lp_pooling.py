@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto
+from onnx import NodeProto, TensorProto
 
 from custom_ops import lp_pooling as kernel
-from custom_ops._common import filled
 from dml_onnx.definition import (
     FLOAT_TYPES,
     Attribute,
@@ -18,8 +17,22 @@ from dml_onnx.definition import (
     Parameter,
     Shape,
 )
-from dml_onnx.form import StandardNode
-from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
+from dml_onnx.form import StandardNode, op_version
+from dml_onnx.ops._window import (
+    EVERYTHING,
+    WINDOW_ATTRIBUTES,
+    Window,
+    WindowCase,
+    block_counts,
+    case_shape,
+    compute_type,
+    element_dtypes,
+    gather_windows,
+    sample,
+    spatial_input,
+    window_cases,
+    write_output,
+)
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -28,13 +41,46 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[n, c, *block_counts(kernel.OP, node, spatial, window, attributes)]]
 
 
+NATIVE_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+"""Element types onnxruntime's CPU ``LpPool`` computes exactly (float32; float16 through a
+cast, since the spec computes it in float32)."""
+
+
 def _standard_form(node: StandardNode) -> None:
-    """``LpPool`` (opset 18: dilations) with the same window, strides, pads and p."""
-    a = node.attributes
-    k = len(a["window_size"])
-    node.op("LpPool", *node.inputs, outputs=node.outputs, kernel_shape=a["window_size"],
-            strides=filled(a["strides"], k, 1), dilations=filled(a["dilations"], k, 1),
-            pads=[*filled(a["start_padding"], k, 0), *filled(a["end_padding"], k, 0)], p=a["p"])
+    """``LpPool``, or an exact decomposition; float16 runs in float32 and is rounded once.
+
+    ``LpPool`` for float32 and float16 when the node prefers native ops, the opset resolves
+    ``LpPool`` to version 11 (no dilations: only when every dilation is 1) or 18/22, and
+    every pad is below its window size (onnxruntime refuses larger ones). onnxruntime's
+    ``LpPool`` refuses empty inputs other than an empty batch (an empty channel axis, or a
+    spatial axis read only as padding): an error, never a wrong value.
+
+    Otherwise, and for double: ``Abs``, ``Mul`` (p = 2) or ``Pow``, the window sum of
+    :func:`~dml_onnx.ops._window.gather_windows` (axis after axis, taps in order), then
+    ``Sqrt`` (p = 2) or ``Pow`` by ``1/p``: the kernel's arithmetic in its order
+    (onnxruntime's ``Pow`` by 3 multiplies out, within an ulp of ``pow``).
+    """
+    a, p = node.attributes, node.attributes["p"]
+    window = Window.of(a["window_size"], a)
+    compute = compute_type(node.elem_type)
+    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    dilated = any(d > 1 for d in window.dilations)
+    if (node.elem_type in NATIVE_TYPES
+            and all(max(before, after) < w for w, before, after
+                    in zip(window.sizes, window.start, window.end))
+            and node.uses_native("LpPool", minimum_version=18 if dilated else 1)):
+        with_dilations = op_version("LpPool", node.opset) >= 18
+        y = node.op("LpPool", x, kernel_shape=list(window.sizes), strides=list(window.strides),
+                    dilations=list(window.dilations) if with_dilations else None,
+                    pads=[*window.start, *window.end], p=p)
+    else:
+        magnitude = node.op("Abs", x)
+        powered = (magnitude if p == 1 else node.op("Mul", magnitude, magnitude) if p == 2
+                   else node.op("Pow", magnitude, node.constant(p, compute)))
+        total = gather_windows(node, powered, compute, window, sum_taps=True)
+        y = (total if p == 1 else node.op("Sqrt", total) if p == 2
+             else node.op("Pow", total, node.constant(1.0 / p, compute)))
+    write_output(node, y, compute)
 
 
 def _examples() -> tuple[Example, ...]:
@@ -55,7 +101,22 @@ def _examples() -> tuple[Example, ...]:
         Example("window_larger_than_input", (x2[:, :, :1].astype(np.float16),),
                 {"window_size": [2, 2]},
                 error="spatial axis 0 output size 0 is below 1"),
+        *_table(np.random.default_rng(40)),
     )
+
+
+def _table(rng: np.random.Generator) -> tuple[Example, ...]:
+    """The shared geometries (up to 3-D) in float32, p varied on the defaults, then every
+    element type on :data:`EVERYTHING`."""
+    def example(name: str, case: WindowCase, dtype: np.dtype, p: int | None = None
+                ) -> Example:
+        return Example(name, (sample(rng, case_shape(case), dtype),),
+                       {**case.for_op("window_size"), **({} if p is None else {"p": p})})
+    defaults = window_cases(3)[0]
+    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(3)),
+            *(example(f"p{p}", defaults, np.dtype(np.float32), p) for p in (1, 3, 4, 7)),
+            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
+              for dtype in element_dtypes(FLOAT_TYPES)))
 
 
 DEFINITION = OpDefinition(

@@ -19,8 +19,9 @@ from dml_onnx.definition import (
     Parameter,
     Shape,
 )
-from dml_onnx.form import NotEquivalent, StandardNode
+from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
+from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, to_compute
 
 SAMPLING_ATTRIBUTES = (
     Attribute("reduction_function", "string", "How the samples of one output combine: "
@@ -70,41 +71,89 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     return [[roi_rows(kernel.OP, node, shapes), c, *attributes["output_size"]]]
 
 
-def _standard_form(node: StandardNode) -> None:
-    """``RoiAlign`` (opset 16, ``half_pixel``) for the attribute values it can express.
+def native_sampling_ratio(attributes: dict[str, Any]) -> int | None:
+    """The ``sampling_ratio`` of a ``RoiAlign`` (opset 16, ``half_pixel``, ``avg``) that
+    computes exactly what a RoiAlign1 node with these attributes computes, for every input;
+    ``None`` where there is none.
 
-    With adaptive sampling (minimum 1, maximum 4294967295) the two agree on regions of
-    positive width and height only: RoiAlign gives 0 for an empty or inverted region, where
-    this operator samples it (``ceil(|size| / OW)`` samples, at least one).
+    That needs linear interpolation, average, one spatial scale, the offsets 0.5 and -0.5, no
+    corner alignment, out-of-bounds value 0 and a fixed sample count (minimum == maximum).
+    Adaptive counts (``sampling_ratio`` 0) differ for empty or inverted regions, which
+    RoiAlign gives 0 where this operator samples them; ``output_half_pixel`` clamps the
+    region size to at least 1.
+    """
+    a = attributes
+    exact = (a["interpolation_mode"] == "linear" and a["reduction_function"] == "average"
+             and a["spatial_scale_x"] == a["spatial_scale_y"]
+             and a["input_pixel_offset"] == 0.5 and a["output_pixel_offset"] == -0.5
+             and not a["align_regions_to_corners"] and a["out_of_bounds_input_value"] == 0
+             and a["minimum_samples_per_output"] == a["maximum_samples_per_output"])
+    return a["minimum_samples_per_output"] if exact else None
+
+
+def _standard_form(node: StandardNode) -> None:
+    """Native ``RoiAlign`` (opset 16) where :func:`native_sampling_ratio` finds one, else the
+    sample grid of :mod:`dml_onnx.ops._roi_sampling` reduced per output.
+
+    float16 is computed in float32 (``Cast`` in and out), as the spec asks.
     """
     a = node.attributes
-    minimum, maximum = a["minimum_samples_per_output"], a["maximum_samples_per_output"]
-    required = {
-        "interpolation_mode": (a["interpolation_mode"], "linear"),
-        "reduction_function": (a["reduction_function"], "average"),
-        "spatial_scale_y": (a["spatial_scale_y"], a["spatial_scale_x"]),
-        "input_pixel_offset": (a["input_pixel_offset"], 0.5),
-        "output_pixel_offset": (a["output_pixel_offset"], -0.5),
-        "out_of_bounds_input_value": (a["out_of_bounds_input_value"], 0.0),
-        "align_regions_to_corners": (a["align_regions_to_corners"], 0),
-    }
-    for name, (value, wanted) in required.items():
-        if value != wanted:
-            raise NotEquivalent(f"'{node.label}': RoiAlign has no {name} {value!r} "
-                                f"(it needs {wanted!r})")
-    if minimum == maximum:
-        sampling_ratio = minimum
-    elif (minimum, maximum) == (1, UINT32_MAX):
-        sampling_ratio = 0
+    X, rois, batch_indices = node.inputs
+    ratio = native_sampling_ratio(a)
+    if ratio is not None and node.uses_native("RoiAlign"):
+        index = node.op("Reshape", batch_indices, node.constant([-1]))
+        if node.input_types[2] != TensorProto.INT64:
+            index = node.cast(index, TensorProto.INT64)
+        boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+        finish(node, node.outputs[0], "RoiAlign", to_compute(node, X), boxes, index,
+               mode="avg", coordinate_transformation_mode="half_pixel",
+               output_height=a["output_size"][0], output_width=a["output_size"][1],
+               sampling_ratio=ratio, spatial_scale=a["spatial_scale_x"])
+        return
+    sizes = dims(node, X)
+    grid = RoiGrid(node, rois, batch_indices, (sizes[2], sizes[3]),
+                   (node.constant(a["output_size"][0]), node.constant(a["output_size"][1])))
+    values = grid.values(image_rows(node, X, sizes), a["out_of_bounds_input_value"])
+    if a["reduction_function"] == "average":
+        pooled = grid.average(values)
     else:
-        raise NotEquivalent(f"'{node.label}': RoiAlign has no sample count clamped to "
-                            f"[{minimum}, {maximum}]")
-    rows = node.op("Reshape", node.inputs[1], node.constant([-1, 4]))
-    index = node.cast(node.op("Reshape", node.inputs[2], node.constant([-1])), TensorProto.INT64)
-    node.op("RoiAlign", node.inputs[0], rows, index, outputs=node.outputs, mode="avg",
-            coordinate_transformation_mode="half_pixel", output_height=a["output_size"][0],
-            output_width=a["output_size"][1], sampling_ratio=sampling_ratio,
-            spatial_scale=a["spatial_scale_x"])
+        pooled = node.squeeze(grid.maximum(values)[0], [2, 4])
+    finish(node, node.outputs[0], "Transpose", pooled, perm=[0, 3, 1, 2])  # [R, C, OH, OW]
+
+
+# Shared by the case tables of RoiAlign1 and RoiAlignGrad: a small image batch, regions that
+# are plain, inverted, empty, partly and wholly outside it, and one attribute set per variation.
+CASE_IMAGE = np.random.default_rng(5).standard_normal((2, 2, 5, 6)).astype(np.float32)
+CASE_ROIS = np.array([[0.6, 0.9, 4.2, 3.7], [4.8, 3.9, 1.1, 0.4], [2.5, 2, 2.5, 2],
+                      [-3.2, -2.6, 8.1, 1.4], [7, 6, 9.5, 8.5]], np.float32)
+CASE_BATCH = np.array([0, 1, 1, 0, 1], np.int64)
+# On a 4x4 image with output [2, 2], samples fall on integers, on .5 (nearest ties) and exactly
+# on the out-of-bounds edges -1 and 4.
+HALF_IMAGE = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+HALF_ROIS = np.array([[-1, 1.5, 3, 5.5], [1, -1.5, 5, 2.5], [1.5, -1, 5.5, 3],
+                      [-1.5, 1, 2.5, 5]], np.float32)
+SAMPLING_VARIATIONS = {
+    "defaults": {},
+    "max": {"reduction_function": "max"},
+    "nearest": {"interpolation_mode": "nearest_neighbor"},
+    "max_nearest": {"reduction_function": "max", "interpolation_mode": "nearest_neighbor"},
+    "scales_differ": {"spatial_scale_x": 0.5, "spatial_scale_y": 1.25},
+    "fixed_samples_3_one_scale": {"spatial_scale_x": 0.75, "spatial_scale_y": 0.75,
+                                  "minimum_samples_per_output": 3,
+                                  "maximum_samples_per_output": 3},
+    "input_pixel_offset_0": {"input_pixel_offset": 0.0},
+    "output_pixel_offset_0_25": {"output_pixel_offset": 0.25},
+    "samples_1": {"minimum_samples_per_output": 1, "maximum_samples_per_output": 1},
+    "samples_2_to_3": {"minimum_samples_per_output": 2, "maximum_samples_per_output": 3},
+    "samples_at_most_2": {"maximum_samples_per_output": 2},
+    "corners": {"align_regions_to_corners": 1},
+    "corners_max_2_samples": {"align_regions_to_corners": 1, "reduction_function": "max",
+                              "minimum_samples_per_output": 2, "maximum_samples_per_output": 2},
+}
+"""Sampling attributes varied one (or two) at a time over ``CASE_*``."""
+NON_FINITE_IMAGE = CASE_IMAGE.copy()
+NON_FINITE_IMAGE[0, 0, 1, 2], NON_FINITE_IMAGE[1, 1, 2, 2] = np.nan, np.inf
+NON_FINITE_IMAGE[0, 1, 3, 1] = -np.inf
 
 
 def _examples() -> tuple[Example, ...]:
@@ -118,6 +167,41 @@ def _examples() -> tuple[Example, ...]:
            "spatial_scale_y": 1.25, "input_pixel_offset": 0.0, "output_pixel_offset": 0.25,
            "out_of_bounds_input_value": -1.5, "minimum_samples_per_output": 2,
            "maximum_samples_per_output": 3, "align_regions_to_corners": 1}
+    cases = (CASE_IMAGE, CASE_ROIS, CASE_BATCH)
+    size = {"output_size": [2, 3]}
+    max_nearest = SAMPLING_VARIATIONS["max_nearest"]
+    edges = {  # name: (inputs, attributes)
+        "out_of_bounds_value": (cases, {**size, "out_of_bounds_input_value": -2.5}),
+        "max_out_of_bounds_value": (cases, {**size, "reduction_function": "max",
+                                            "out_of_bounds_input_value": 3.5}),
+        "corners_single_sample": (cases, {"output_size": [1, 1], "align_regions_to_corners": 1,
+                                          "maximum_samples_per_output": 1}),
+        "one_pixel_image": ((CASE_IMAGE[:, :, 2:3, 4:5], CASE_ROIS, CASE_BATCH),
+                            {"output_size": [2, 2]}),
+        "one_image": ((CASE_IMAGE[:1], CASE_ROIS, np.zeros(5, np.int64)),
+                      {"output_size": [3, 2], "reduction_function": "max"}),
+        "half_boundaries_nearest": ((HALF_IMAGE, HALF_ROIS, np.zeros(4, np.int64)),
+                                    {"output_size": [2, 2], "out_of_bounds_input_value": 50.0,
+                                     "interpolation_mode": "nearest_neighbor"}),
+        "half_boundaries_linear_max": ((HALF_IMAGE, HALF_ROIS, np.zeros(4, np.int64)),
+                                       {"output_size": [2, 2], "out_of_bounds_input_value": -9.0,
+                                        "reduction_function": "max"}),
+        "non_finite_average": ((NON_FINITE_IMAGE, CASE_ROIS, CASE_BATCH), size),
+        "non_finite_max_infinite_out_of_bounds": ((NON_FINITE_IMAGE, CASE_ROIS, CASE_BATCH),
+                                             {**size, "reduction_function": "max",
+                                              "out_of_bounds_input_value": -np.inf}),
+    }
+    types = {  # name: (T, TI, rois shape, batch_indices shape, attributes)
+        "float16_int32_max": (np.float16, np.int32, (5, 4), (5,),
+                              SAMPLING_VARIATIONS["max"]),
+        "float16_uint64_rank3": (np.float16, np.uint64, (1, 5, 4), (1, 1, 5), {}),
+        "float32_uint64_rank4_nearest": (np.float32, np.uint64, (1, 1, 5, 4), (1, 1, 1, 5),
+                                         SAMPLING_VARIATIONS["nearest"]),
+        "float64_int64_fixed_samples": (np.float64, np.int64, (5, 4), (5,),
+                                        SAMPLING_VARIATIONS["fixed_samples_3_one_scale"]),
+        "float64_uint32_rank3_max_nearest": (np.float64, np.uint32, (1, 5, 4), (1, 5),
+                                             max_nearest),
+    }
     return (
         Example("seed_nearest", (SEED_X, SEED_ROIS, SEED_BATCH), SEED_ATTRIBUTES,
                 expected=(np.array([[[[1, 1, 2]]], [[[3, 3, 4]]], [[[9, 9, 10]]],
@@ -135,6 +219,12 @@ def _examples() -> tuple[Example, ...]:
                 {"output_size": [2, 3], "interpolation_mode": "nearest_neighbor"}),
         Example("zero_rois", (image, np.zeros((0, 4), np.float32), np.zeros(0, np.int64)),
                 {"output_size": [4, 3]}),
+        *(Example(name, cases, {**size, **attributes})
+          for name, attributes in SAMPLING_VARIATIONS.items()),
+        *(Example(name, inputs, attributes) for name, (inputs, attributes) in edges.items()),
+        *(Example(name, (CASE_IMAGE.astype(t), CASE_ROIS.astype(t).reshape(rois_shape),
+                         CASE_BATCH.astype(ti).reshape(batch_shape)), {**size, **attributes})
+          for name, (t, ti, rois_shape, batch_shape, attributes) in types.items()),
         Example("batch_index_outside", (image, rois[:1], np.array([2])),
                 {"output_size": [4, 3]}, error="batch_indices[0] 2 is outside [0, 2)"),
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto
+from onnx import NodeProto, TensorProto
 
 from custom_ops import roi_pooling as kernel
 from dml_onnx.definition import (
@@ -28,31 +28,227 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
 
 
 def _standard_form(node: StandardNode) -> None:
-    """``MaxRoiPool`` over rois reshaped to ``[R, 5]``."""
+    """``MaxRoiPool`` over rois reshaped to ``[R, 5]`` for float32, and float16 through
+    float32, with ``spatial_scale > 0`` (onnxruntime rejects other scales); else the exact
+    decomposition of :func:`_decomposition`.
+
+    ``MaxRoiPool`` means the spec's integer bin edges (what DirectML computes). onnxruntime's
+    CPU kernel differs from it: its edges are computed in float32 and differ for some region
+    sizes (57 rows in 7 bins), it keeps a NaN only when NaN is the last value of a bin, and a
+    bin of -inf values gives -3.4e38. ``node.native = False`` gives the decomposition, which
+    matches the kernel bit for bit (up to the coordinate bound stated there).
+    """
     rows = node.op("Reshape", node.inputs[1], node.constant([-1, 5]))
-    node.op("MaxRoiPool", node.inputs[0], rows, outputs=node.outputs,
-            pooled_shape=node.attributes["pooled_size"],
-            spatial_scale=node.attributes["spatial_scale"])
+    native = (node.elem_type != TensorProto.DOUBLE and node.attributes["spatial_scale"] > 0
+              and node.uses_native("MaxRoiPool"))
+    if not native:
+        _decomposition(node, rows)
+        return
+    x = node.inputs[0]
+    if node.elem_type == TensorProto.FLOAT16:  # max of float16 values in float32 is exact
+        x, rows = node.cast(x, TensorProto.FLOAT), node.cast(rows, TensorProto.FLOAT)
+    _write_output(node, TensorProto.FLOAT, "MaxRoiPool", x, rows,
+                  pooled_shape=node.attributes["pooled_size"],
+                  spatial_scale=node.attributes["spatial_scale"])
+
+
+def _write_output(node: StandardNode, compute_type: int, op_type: str, *inputs: str,
+                  **attributes: Any) -> None:
+    """Emit ``op_type`` computing Y in ``compute_type``, cast to ``T`` where that differs."""
+    if compute_type == node.elem_type:
+        node.op(op_type, *inputs, outputs=node.outputs, **attributes)
+    else:
+        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=node.outputs,
+                to=node.elem_type)
+
+
+def _decomposition(node: StandardNode, rows: str) -> None:
+    """The spec's formulas on rois rows ``[R, 5]``, in float32 (float64 for double).
+
+    Per ROI: the batch index and the four rounded corners (int64), then per axis the bins'
+    pixel membership (:func:`_bin_members`). The maximum is separable: over the columns of
+    each column bin (``[R, C, H, PW]``), then over the rows of each row bin. Masked-out
+    values read -inf, so a -inf inside a bin stays -inf while an empty bin becomes 0; NaN is
+    counted separately (``ReduceMax`` may drop it) and sets its bins to NaN.
+
+    Invalid rows (batch id NaN or outside ``[0, N)``, a scaled corner not finite) gather
+    batch ``N``, which ``Gather`` rejects. So do rows whose scaled corner exceeds
+    ``2 ** (60 - bit_length(max(PH, PW)))`` in magnitude (``2 ** 57`` for 7x7, far outside
+    any image), where the int64 bin arithmetic could overflow: the kernel computes those
+    exactly with Python integers, the form refuses them rather than compute a wrong value.
+    """
+    ctype = TensorProto.DOUBLE if node.elem_type == TensorProto.DOUBLE else TensorProto.FLOAT
+    ph_count, pw_count = node.attributes["pooled_size"]
+    x = node.inputs[0] if node.elem_type == ctype else node.cast(node.inputs[0], ctype)
+    rows = rows if node.elem_type == ctype else node.cast(rows, ctype)
+    ids, coordinates = node.op("Split", rows, node.constant([1, 4]), axis=1, outputs=2)
+    scaled = node.op("Mul", coordinates, node.constant(node.attributes["spatial_scale"], ctype))
+    corners = node.cast(_round_half_away(node, scaled, ctype), TensorProto.INT64)
+    x1, y1, x2, y2 = node.op("Split", corners, node.constant([1, 1, 1, 1]), axis=1, outputs=4)
+
+    bound = 2.0 ** (60 - max(ph_count, pw_count).bit_length())
+    fits = node.cast(node.op("LessOrEqual", node.op("Abs", scaled), node.constant(bound, ctype)),
+                     TensorProto.INT64)
+    fits = node.cast(node.reduce("ReduceMin", fits, [1], keepdims=0), TensorProto.BOOL)
+    image = node.op("Gather", x, _batch_index(node, node.squeeze(ids, [1]), x, fits, ctype),
+                    axis=0)                                                   # [R, C, H, W]
+
+    height, width = (node.squeeze(node.op("Shape", x, start=axis, end=axis + 1), [0])
+                     for axis in (2, 3))
+    row_members, row_empty = _bin_members(node, y1, y2, ph_count, height)   # [R, PH, H]
+    col_members, col_empty = _bin_members(node, x1, x2, pw_count, width)    # [R, PW, W]
+
+    lowest = node.constant(-np.inf, ctype)
+    y = node.op("Where", node.unsqueeze(col_members, [1, 2]), node.unsqueeze(image, [3]), lowest)
+    y = node.reduce("ReduceMax", y, [4], keepdims=0)                         # [R, C, H, PW]
+    y = node.op("Where", node.unsqueeze(row_members, [1, 4]), node.unsqueeze(y, [2]), lowest)
+    y = node.reduce("ReduceMax", y, [3], keepdims=0)                         # [R, C, PH, PW]
+
+    # NaN per bin: row membership @ isnan @ column membership^T, a count of 0/1 products.
+    # The memberships are expanded over C: onnxruntime's MatMul cannot broadcast 1 against 0.
+    channels = node.op("Concat", node.constant([1]), node.op("Shape", x, start=1, end=2),
+                       node.constant([1, 1]), axis=0)                        # [1, C, 1, 1]
+    rows_f = node.op("Expand", node.cast(node.unsqueeze(row_members, [1]), TensorProto.FLOAT),
+                     channels)                                               # [R, C, PH, H]
+    cols_f = node.op("Transpose", node.cast(node.unsqueeze(col_members, [1]), TensorProto.FLOAT),
+                     perm=[0, 1, 3, 2])
+    cols_f = node.op("Expand", cols_f, channels)                             # [R, C, W, PW]
+    nans = node.op("MatMul", node.op("MatMul", rows_f, node.cast(node.op("IsNaN", image),
+                                                                 TensorProto.FLOAT)), cols_f)
+    y = node.op("Where", node.op("Greater", nans, node.constant(0, TensorProto.FLOAT)),
+                node.constant(np.nan, ctype), y)
+    empty = node.op("Or", node.unsqueeze(row_empty, [1, 3]), node.unsqueeze(col_empty, [1, 2]))
+    _write_output(node, ctype, "Where", empty, node.constant(0, ctype), y)
+
+
+def _round_half_away(node: StandardNode, v: str, ctype: int) -> str:
+    """``round_half_away(v)`` exactly as the kernel computes it, in ``v``'s float type:
+    ``floor(|v|)``, plus 1 where ``|v| - floor(|v|) >= 0.5`` (exact), with ``v``'s sign."""
+    magnitude = node.op("Abs", v)
+    whole = node.op("Floor", magnitude)
+    half = node.op("GreaterOrEqual", node.op("Sub", magnitude, whole), node.constant(0.5, ctype))
+    return node.op("Mul", node.op("Add", whole, node.cast(half, ctype)), node.op("Sign", v))
+
+
+def _batch_index(node: StandardNode, ids: str, x: str, fits: str, ctype: int) -> str:
+    """``trunc(batch_id)`` as int64 ``[R]`` where valid, else ``N`` (out of ``Gather``'s range).
+
+    Valid: not NaN, ``trunc`` in ``[0, N)``, and ``fits`` (the row's corners). The id is
+    clipped to ``[-1, 2**62]`` first so that the int64 cast (a truncation) is defined.
+    """
+    clipped = node.op("Min", node.op("Max", ids, node.constant(-1, ctype)),
+                      node.constant(2.0 ** 62, ctype))
+    batch = node.cast(clipped, TensorProto.INT64)
+    n = node.op("Shape", x, start=0, end=1)
+    valid = node.op("And", node.op("GreaterOrEqual", batch, node.constant(0)),
+                    node.op("Less", batch, n))
+    valid = node.op("And", valid, node.op("And", node.op("Not", node.op("IsNaN", ids)), fits))
+    return node.op("Where", valid, batch, n)
+
+
+def _bin_members(node: StandardNode, lo: str, hi: str, pooled: int,
+                 limit: str) -> tuple[str, str]:
+    """Which pixels of an axis lie in which bin: ``[R, P, L]`` bool, and the empty bins
+    ``[R, P]`` bool, from the region's rounded ends ``lo``, ``hi`` (int64 ``[R, 1]``).
+
+    ``start = p * size / P + lo`` and ``end = ceil_div((p + 1) * size, P) + lo`` with
+    ``size = max(hi - lo + 1, 1)`` (int64 ``Div`` of non-negative values is floor
+    division), clamped to ``[0, L]`` (``limit``, a scalar) through ``Where``, not int64
+    ``Max``/``Min`` (see :meth:`StandardNode.maximum`).
+    """
+    size = node.maximum(node.op("Add", node.op("Sub", hi, lo), node.constant(1)),
+                        node.constant(1))
+    p = np.arange(pooled)[None]
+    count = node.constant(pooled)
+    start = node.op("Add", node.op("Div", node.op("Mul", node.constant(p), size), count), lo)
+    end = node.op("Add", node.op("Div", node.op("Add", node.op("Mul", node.constant(p + 1), size),
+                                                node.constant(pooled - 1)), count), lo)
+    start = node.maximum(start, node.constant(0))
+    end = node.minimum(end, limit)
+    pixels = node.op("Range", node.constant(0), limit, node.constant(1))
+    members = node.op("And", node.op("LessOrEqual", node.unsqueeze(start, [2]), pixels),
+                      node.op("Less", pixels, node.unsqueeze(end, [2])))
+    return members, node.op("LessOrEqual", end, start)
+
+
+def _times(rois: np.ndarray, factor: float) -> np.ndarray:
+    """float32 ``rois`` ``[R, 5]`` with the corners (not the batch ids) times ``factor``."""
+    return np.concatenate([rois[:, :1], rois[:, 1:] * np.float32(factor)], axis=1)
 
 
 def _examples() -> tuple[Example, ...]:
+    """The case table: the original examples, then the defaults, each attribute varied on its
+    own, edge cases, special values and every element type (a few hundred values each)."""
     rng = np.random.default_rng(1)
     ramp = np.arange(72, dtype=np.float32).reshape(1, 2, 6, 6)
     halves = np.array([[0, 5, 5, 9, 11], [0, -1, 3, 4.9, 7], [0, 3, 1, 5, 3]], np.float32)
     image = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     rois = np.array([[[[1, 2, 1, 6, 7], [0, -3, -3, 3, 3], [1, 9, 9, 12, 12],
                        [0.9, 6, 5, 2, 1], [1.5, 0, 0, 7, 7]]]], np.float32)
+    flat = rois[0, 0]
+    special = image.copy()  # NaN, -inf and +inf, alone and with other values in a bin
+    special[0, 0, 1:3, 2:4] = np.nan
+    special[0, 1, :, :5] = -np.inf
+    special[1, 2, 4, 4] = np.inf
+    special[0, 2, 7, 7] = np.nan
+    whole = np.array([[0, 0, 0, 7, 7], [1, 0, 0, 7, 7], [0, 1, 2, 6, 4], [1, 3, 3, 5, 5]],
+                     np.float32)
+    half_rois = np.array([[0, 0.5, 1.5, 2.5, 3.5], [1, -0.5, -1.5, 4.5, 6.5],
+                          [0, -2.5, 5.5, 9.5, 7.5], [1, 2.5, 2.5, 2.5, 2.5]], np.float32)
+    float32_cases: list[tuple[str, np.ndarray, np.ndarray, dict[str, Any]]] = [
+        ("defaults", image, flat, {}),
+        ("pooled_1x1", image, flat, {"pooled_size": [1, 1]}),
+        ("pooled_1x4", image, flat, {"pooled_size": [1, 4]}),
+        ("pooled_5x1", image, flat, {"pooled_size": [5, 1]}),
+        ("pooled_larger_than_rois", image, np.array([[0, 2, 2, 3, 3], [1, 5, 1, 5, 3]],
+                                                    np.float32), {"pooled_size": [5, 4]}),
+        ("scale_zero", image, flat, {"spatial_scale": 0.0}),
+        ("scale_negative", image, _times(flat, -1), {"spatial_scale": -0.5}),
+        ("scale_tiny", image, _times(half_rois, 1000), {"spatial_scale": 1e-3}),
+        ("scale_large", image, _times(flat, 1 / 16), {"spatial_scale": 16.0}),
+        ("scale_third", image, _times(half_rois, 3), {"spatial_scale": 1 / 3}),
+        ("half_coordinates", image, half_rois, {"pooled_size": [2, 3]}),
+        ("inverted", image, np.array([[0, 5, 6, 1, 2], [1, 6, 1, 2, 6], [0, 2, 6, 5, 3]],
+                                     np.float32), {}),
+        ("outside", image, np.array([[0, -9, 2, -1, 5], [1, 8, 0, 12, 7], [0, 1, -7, 6, -1],
+                                     [1, 0, 8, 7, 15], [0, 20, 20, 30, 30]], np.float32),
+         {"pooled_size": [3, 2]}),
+        ("one_pixel_image", image[:, :, :1, :1].copy(),
+         np.array([[0, 0, 0, 0, 0], [1, -2, -1, 3, 2], [0, 1, 0, 4, 0], [1, 0.4, -0.4, 0.4, 0.49]],
+                  np.float32), {}),
+        ("batch_truncation", image, np.array([[0.999, 0, 0, 7, 7], [-0.75, 2, 1, 6, 5],
+                                              [1.0, 1, 1, 7, 3], [1.999, 3, 0, 4, 7]],
+                                             np.float32), {}),
+        ("rank4_zero_rois", image, np.zeros((1, 1, 0, 5), np.float32), {}),
+        ("nan_and_infinities", special, whole, {"pooled_size": [4, 4]}),
+        ("negative_values", -np.abs(image) - 1, flat, {"pooled_size": [3, 3]}),
+    ]
+    typed = [(f"{np.dtype(t).name}_{name}", x.astype(t), r.astype(t), attributes)
+             for t in (np.float16, np.float64)
+             for name, x, r, attributes in float32_cases
+             if name in ("half_coordinates", "nan_and_infinities", "outside", "scale_third")]
+    table = [Example(name, (x, r), {"pooled_size": [2, 2], **attributes})
+             for name, x, r, attributes in float32_cases + typed]
     return (
         Example("half_coordinates_scale_half", (ramp, halves),
                 {"pooled_size": [2, 2], "spatial_scale": 0.5}),
         Example("rank4_rois_outside_inverted", (image, rois), {"pooled_size": [3, 2]}),
-        Example("float64_3x5", (image.astype(np.float64), rois[0, 0].astype(np.float64)),
+        Example("float64_3x5", (image.astype(np.float64), flat.astype(np.float64)),
                 {"pooled_size": [3, 5], "spatial_scale": 1.25}),
         Example("float16", (image.astype(np.float16), rois[0].astype(np.float16)),
                 {"pooled_size": [2, 2]}),
         Example("zero_rois", (image, np.zeros((0, 5), np.float32)), {"pooled_size": [2, 2]}),
+        *table,
+        Example("float16_products_in_float32",  # 27.125 * float32(0.35) rounds to 9, not 10
+                (np.arange(20, dtype=np.float16).reshape(1, 1, 1, 20),
+                 np.array([[0, 27.125, 0, 27.125, 0], [0, 47.125, 0, 47.125, 0]], np.float16)),
+                {"pooled_size": [1, 1], "spatial_scale": 0.35}),
         Example("batch_index_outside", (image, np.array([[2, 0, 0, 1, 1]], np.float32)),
                 {"pooled_size": [2, 2]}, error="rois[0] batch index 2 is outside [0, 2)"),
+        Example("batch_index_nan", (image, np.array([[np.nan, 0, 0, 1, 1]], np.float32)),
+                {"pooled_size": [2, 2]}, error="rois[0] batch index nan is NaN, not in [0, 2)"),
+        Example("coordinate_infinite", (image, np.array([[0, 0, 0, 1, np.inf]], np.float32)),
+                {"pooled_size": [2, 2]}, error="rois[0] y2 inf is not finite"),
     )
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto
 
 from custom_ops import unfold as kernel
-from custom_ops._common import filled
 from dml_onnx.definition import (
     ANY_TYPES,
     Attribute,
@@ -20,7 +20,19 @@ from dml_onnx.definition import (
     product,
 )
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._window import WINDOW_ATTRIBUTES, block_counts, spatial_input
+from dml_onnx.ops._window import (
+    EVERYTHING,
+    WINDOW_ATTRIBUTES,
+    Window,
+    WindowCase,
+    block_counts,
+    case_shape,
+    element_dtypes,
+    gather_windows,
+    sample,
+    spatial_input,
+    window_cases,
+)
 
 WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
                                                  "(k values, k = 1..6).")
@@ -34,34 +46,24 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
 
 
 def _standard_form(node: StandardNode) -> None:
-    """``Pad``, one ``Gather`` per spatial axis, ``Transpose`` and ``Reshape``.
+    """Never a native op (ONNX has none): ``Pad``, one ``Gather`` per spatial axis (indices
+    built in the graph), ``Transpose`` and ``Reshape``; exact for every element type.
 
-    Gathering ``[window, blocks]`` indices along each axis turns ``[N, C, P1..Pk]`` into
-    ``[N, C, w1, B1, ..., wk, Bk]``; the transpose groups the window axes before the block axes.
-    Needs static spatial sizes (the indices are constants).
+    The gathers turn ``[N, C, D1..Dk]`` into ``[N, C, w1, B1, ..., wk, Bk]``
+    (:func:`~dml_onnx.ops._window.gather_windows`: int16/uint16 pad as int32); the transpose
+    groups the window axes before the block axes, and the reshape gives
+    ``[N, C * prod(window_sizes), prod(B)]`` with sizes read from the graph.
     """
-    a = node.attributes
-    window = a["window_sizes"]
-    k = len(window)
-    spatial = node.static_dims(0, "spatial sizes")[2:]
-    strides, dilations = filled(a["strides"], k, 1), filled(a["dilations"], k, 1)
-    start, end = filled(a["start_padding"], k, 0), filled(a["end_padding"], k, 0)
-    blocks = block_counts(kernel.OP, node.label, spatial, window, a, what="block count")
-    pads_name, pads = node.constant("pads", [0, 0, *start, 0, 0, *end])
-    nodes = [pads, helper.make_node("Pad", [node.inputs[0], pads_name], [f"{node.prefix}_0"])]
-    for axis in range(k):
-        taps = np.arange(window[axis])[:, None] * dilations[axis]
-        index_name, index = node.constant(
-            f"index_{axis}", taps + np.arange(blocks[axis])[None, :] * strides[axis])
-        nodes += [index, helper.make_node("Gather", [f"{node.prefix}_{axis}", index_name],
-                                          [f"{node.prefix}_{axis + 1}"], axis=2 + 2 * axis)]
-    perm = [0, 1, *range(2, 2 + 2 * k, 2), *range(3, 3 + 2 * k, 2)]
-    shape_name, shape = node.constant("shape", [0, -1, product(blocks)])
-    return [*nodes, shape,
-            helper.make_node("Transpose", [f"{node.prefix}_{k}"], [f"{node.prefix}_t"],
-                             perm=perm),
-            helper.make_node("Reshape", [f"{node.prefix}_t", shape_name], node.outputs,
-                             name=node.label)]
+    window = Window.of(node.attributes["window_sizes"], node.attributes)
+    k = window.k
+    taps = gather_windows(node, node.inputs[0], node.elem_type, window)
+    grouped = node.op("Transpose", taps, perm=[0, 1, *range(2, 2 + 2 * k, 2),
+                                               *range(3, 3 + 2 * k, 2)])
+    rows = node.op("Mul", node.op("Shape", grouped, start=1, end=2),
+                   node.constant([math.prod(window.sizes)]))
+    blocks = node.reduce("ReduceProd", node.op("Shape", grouped, start=2 + k), [0])
+    shape = node.op("Concat", node.op("Shape", grouped, end=1), rows, blocks, axis=0)
+    node.op("Reshape", grouped, shape, outputs=node.outputs)
 
 
 # The two worked examples of the DirectML UNFOLD page: X = arange(25) as [1, 1, 5, 5], 3x3
@@ -110,7 +112,18 @@ def _examples() -> tuple[Example, ...]:
                 {"window_sizes": [2, 2, 2], "dilations": [2, 1, 1], "strides": [1, 2, 1],
                  "end_padding": [0, 1, 1]},
                 error="spatial axis 0 block count 0 is below 1"),
+        *_table(np.random.default_rng(50)),
     )
+
+
+def _table(rng: np.random.Generator) -> tuple[Example, ...]:
+    """The shared geometries in float32, then every element type on :data:`EVERYTHING`."""
+    def example(name: str, case: WindowCase, dtype: np.dtype) -> Example:
+        return Example(name, (sample(rng, case_shape(case), dtype),),
+                       case.for_op("window_sizes"))
+    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(6)),
+            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
+              for dtype in element_dtypes(ANY_TYPES)))
 
 
 DEFINITION = OpDefinition(

@@ -1,0 +1,116 @@
+"""``dml-onnx check``: every problem of a model's ``dml_onnx`` nodes, without running it.
+
+:func:`check_model` validates each ``dml_onnx`` node of the main graph the way the layers that
+load and run it do: the operator exists, inputs and outputs fit its signature, attributes have
+their types and valid values (:meth:`OpDefinition.check_node`), input element types fit the
+type constraints, shapes pass the operator's shape inference (onnx shape inference with the
+domain's schemas, so shapes flow through standard nodes too) and outputs whose sizes are known
+fit the memory limit (:func:`dml_onnx.memory_limit`). Problems found only with data (ROI values,
+batch indices) need a run: :class:`dml_onnx.InferenceSession` reports those.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper
+
+from custom_ops._common import check_memory
+from dml_onnx.definition import (
+    DOMAIN,
+    OPSET_VERSION,
+    Shape,
+    inference_errors_collected,
+    known,
+    node_label,
+)
+from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.ops import OPERATORS_BY_NAME
+from dml_onnx.runtime import load_model
+from dml_onnx.schemas import register_schemas
+
+
+def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]:
+    """The problems of a model (a path, serialized bytes or a ModelProto), in graph order.
+
+    Each problem of a node reads ``"<Op> '<node>': <field> <value> <rule>"``; problems of the
+    model as a whole start with ``"model: "``. An empty list means every ``dml_onnx`` node
+    will load, and run on inputs of the declared shapes unless their values are invalid.
+    """
+    try:
+        model = load_model(model)
+    except (OSError, DecodeError) as error:
+        return [f"model: cannot be read as ONNX ({error})"]
+    register_schemas()
+    problems = _opset_problems(model)
+    try:
+        reject_nested(model, "dml_onnx")
+    except ValueError as error:
+        problems.append(str(error))
+    with inference_errors_collected() as inference_errors:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        types = element_types(inferred)
+    shapes = _shapes(inferred.graph)
+    for node in model.graph.node:
+        if node.domain == DOMAIN:
+            found = _node_problems(node, types, shapes, inference_errors)
+            problems.extend(p for p in found if p not in problems)
+    return problems
+
+
+def _opset_problems(model: onnx.ModelProto) -> list[str]:
+    uses = any(node.domain == DOMAIN for node in model.graph.node)
+    versions = {o.domain: o.version for o in model.opset_import}
+    if uses and versions.get(DOMAIN) != OPSET_VERSION:
+        return [f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
+                f"{OPSET_VERSION}"]
+    return []
+
+
+def _shapes(graph: onnx.GraphProto) -> dict[str, Shape]:
+    """Known shapes of the graph's values (declared, inferred or initializers)."""
+    shapes: dict[str, Shape] = {t.name: list(t.dims) for t in graph.initializer}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape"):
+            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else
+                                  d.dim_param or None for d in tensor.shape.dim]
+    return shapes
+
+
+def _node_problems(node: onnx.NodeProto, types: dict[str, int], shapes: dict[str, Shape],
+                   inference_errors: dict[str, list[str]]) -> list[str]:
+    """The problems of one ``dml_onnx`` node: signature and attributes first (the rest
+    needs them), then element types, shape inference and the memory limit."""
+    label = node_label(node)
+    definition = OPERATORS_BY_NAME.get(node.op_type)
+    if definition is None:
+        return [f"{node.op_type} '{label}': op type '{node.op_type}' is not an operator of the "
+                f"{DOMAIN} domain (known: {', '.join(OPERATORS_BY_NAME)})"]
+    try:
+        attributes = definition.check_node(node)
+    except ValueError as error:
+        return [str(error)]
+    problems = []
+    try:
+        elem_types = definition.input_element_types(node, types)
+    except ValueError as error:
+        problems.append(str(error))
+        elem_types = {}
+    problems += inference_errors.get(node.name or label, [])
+    if problems:
+        return problems
+    input_shapes = [shapes.get(node.input[i]) if i < len(node.input) and node.input[i] else None
+                    for i in range(len(definition.inputs))]
+    output_shapes = definition.infer_shapes(input_shapes, attributes, label)
+    for k, (parameter, shape) in enumerate(zip(definition.outputs, output_shapes)):
+        if k < len(node.output) and node.output[k] and shape is not None and all(
+                known(d) for d in shape):
+            try:
+                check_memory(definition.name, label, f"output {parameter.name}", shape,
+                             helper.tensor_dtype_to_np_dtype(elem_types[parameter.type]))
+            except ValueError as error:
+                problems.append(str(error))
+    return problems

@@ -1,0 +1,268 @@
+"""The sample grid of RoiAlign1 and RoiAlignGrad in standard ONNX ops (spec sections 2, 3).
+
+Shapes: ``R`` regions; per axis ``O`` outputs (``OH``, ``OW``) and ``M`` = the largest sample
+count ``n`` over the regions (``MY``, ``MX``), computed in the graph. Per-axis values are
+``[R, O, M]``: sample ``j`` of output ``o`` of region ``r`` is ``s = o * n[r] + j``, valid
+where ``j < n[r]``. Per-sample values combine both axes as ``[R, OH, MY, OW, MX, C]``: y
+values are placed ``[R, OH, MY, 1, 1, 1]``, x values ``[R, 1, 1, OW, MX, 1]``. The image is
+read as rows ``[N * H * W, C]`` (pixel ``(b, y, x)`` at row ``(b * H + y) * W + x``).
+
+Everything is computed in the compute type (float32 for float16 and float, float64 for
+double), coordinates operation for operation as ``custom_ops.roi_align1`` computes them, so
+that floor, clamping and the out-of-bounds test decide exactly as the kernel does. Samples
+out of bounds or not valid are given coordinate 0 before reading, so every read is in range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from onnx import TensorProto
+
+from dml_onnx.form import NotEquivalent, StandardNode
+
+COMPUTE_TYPES = {TensorProto.FLOAT16: TensorProto.FLOAT, TensorProto.FLOAT: TensorProto.FLOAT,
+                 TensorProto.DOUBLE: TensorProto.DOUBLE}
+"""The type each element type ``T`` is computed in (the spec computes float16 in float32)."""
+
+Y_PLACE, X_PLACE = (3, 4, 5), (1, 2, 5)
+"""Unsqueeze axes taking ``[R, O, M]`` y or x values to the per-sample layout."""
+
+
+def compute_type(node: StandardNode) -> int:
+    """The compute type of the node's element type ``T``."""
+    if node.elem_type not in COMPUTE_TYPES:
+        raise NotEquivalent(f"'{node.label}': no standard form for element type "
+                            f"{TensorProto.DataType.Name(node.elem_type)}")
+    return COMPUTE_TYPES[node.elem_type]
+
+
+def to_compute(node: StandardNode, value: str) -> str:
+    """``value`` (of type ``T``) in the compute type."""
+    ct = compute_type(node)
+    return value if node.elem_type == ct else node.cast(value, ct)
+
+
+def finish(node: StandardNode, output: str, op_type: str, *inputs: str,
+           **attributes: Any) -> None:
+    """Emit the last ``op_type`` node, which writes ``output`` in type ``T`` (through a
+    final ``Cast`` when ``T`` is computed in another type)."""
+    if node.elem_type == compute_type(node):
+        node.op(op_type, *inputs, outputs=[output], **attributes)
+    else:
+        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=[output],
+                to=node.elem_type)
+
+
+def dims(node: StandardNode, tensor: str) -> list[str]:
+    """The four sizes of the 4-D ``tensor`` as 0-d int64 values."""
+    shape = node.op("Shape", tensor)
+    return [node.op("Gather", shape, node.constant(k)) for k in range(4)]
+
+
+def image_rows(node: StandardNode, image: str, sizes: list[str]) -> str:
+    """``image [N, C, H, W]`` (type ``T``, ``sizes`` its four sizes) as compute-type rows
+    ``[N * H * W, C]``."""
+    n, c, h, w = sizes
+    count = node.op("Mul", node.op("Mul", n, h), w)
+    shape = node.op("Concat", node.unsqueeze(count, [0]), node.unsqueeze(c, [0]), axis=0)
+    nhwc = node.op("Transpose", to_compute(node, image), perm=[0, 2, 3, 1])
+    return node.op("Reshape", nhwc, shape, allowzero=1)
+
+
+def rows_to_image(node: StandardNode, rows: str, sizes: list[str], output: str) -> None:
+    """Rows ``[N * H * W, C]`` back to ``output [N, C, H, W]`` of type ``T``."""
+    n, c, h, w = sizes
+    shape = node.op("Concat", *(node.unsqueeze(d, [0]) for d in (n, h, w, c)), axis=0)
+    finish(node, output, "Transpose", node.op("Reshape", rows, shape, allowzero=1),
+           perm=[0, 3, 1, 2])
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The samples of every region along one axis. ``valid``, ``t``, ``inside``,
+    ``unclamped`` and ``frac`` are placed in the per-sample layout (``valid`` from
+    ``[R, 1, M]``, the others from ``[R, O, M]``); ``lo`` and ``hi`` are ``[R, O, M]``.
+    ``hi`` and ``frac`` exist with linear interpolation only (``""`` otherwise)."""
+
+    n: str  # [R] int64: samples per output
+    most: str  # 0-d int64: M, the largest n
+    valid: str  # bool: j < n
+    t: str  # compute type: t(s), the relative position in the region
+    inside: str  # bool: not out of bounds
+    unclamped: str  # bool: inside, and needing no clamping
+    lo: str  # int64: the first corner, or the nearest pixel (0 outside)
+    hi: str  # int64: min(lo + 1, L - 1)
+    frac: str  # compute type: the clamped coordinate minus lo (0 outside)
+
+
+class RoiGrid:
+    """The sample grid of spec section 2 for the node's regions.
+
+    ``rois`` and ``batch_indices`` are the node's inputs (any allowed rank and types);
+    ``image_size`` the 0-d int64 ``H, W``; ``output_size`` the 0-d int64 ``OH, OW``.
+    """
+
+    def __init__(self, node: StandardNode, rois: str, batch_indices: str,
+                 image_size: tuple[str, str], output_size: tuple[str, str]):
+        self.node, self.ct = node, compute_type(node)
+        a = node.attributes
+        self.linear = a["interpolation_mode"] == "linear"
+        boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+        x1, y1, x2, y2 = (node.op("Gather", boxes, node.constant(k), axis=1) for k in range(4))
+        batch = node.op("Reshape", batch_indices, node.constant([-1]))
+        if node.input_types[-1] != TensorProto.INT64:
+            batch = node.cast(batch, TensorProto.INT64)
+        self.height, self.width = image_size
+        self.y = self._axis(y1, y2, a["spatial_scale_y"], output_size[0], self.height, Y_PLACE)
+        self.x = self._axis(x1, x2, a["spatial_scale_x"], output_size[1], self.width, X_PLACE)
+        plane = node.op("Mul", self.height, self.width)
+        self.base = node.unsqueeze(node.op("Mul", batch, plane), [1, 2, 3, 4])
+        self.valid = node.op("And", self.y.valid, self.x.valid)
+        self.inside = node.op("And", self.y.inside, self.x.inside)
+        self.count = node.cast(node.op("Mul", self.y.n, self.x.n), self.ct)
+        self._corners: dict[str, list[str]] = {}
+
+    # ------------------------------------------------------------------ one axis
+    def _scalar(self, value: float) -> str:
+        return self.node.constant(value, self.ct)
+
+    def _axis(self, first: str, last: str, scale: float, outputs: str, length: str,
+              place: tuple[int, ...]) -> Axis:
+        node, a, ct = self.node, self.node.attributes, self.ct
+        scaled_first = node.op("Mul", first, self._scalar(scale))
+        size = node.op("Sub", node.op("Mul", last, self._scalar(scale)), scaled_first)
+        quotient = node.op("Ceil", node.op("Div", node.op("Abs", size), node.cast(outputs, ct)))
+        n = node.cast(node.op("Clip", node.cast(quotient, TensorProto.DOUBLE),
+                              node.constant(a["minimum_samples_per_output"], TensorProto.DOUBLE),
+                              node.constant(a["maximum_samples_per_output"], TensorProto.DOUBLE)),
+                      TensorProto.INT64)
+        # M: the largest n (the minimum stands in for it when there are no regions)
+        most = node.reduce("ReduceMax", node.op("Concat", n, node.constant(
+            [a["minimum_samples_per_output"]]), axis=0), [0], keepdims=0)
+        j = node.op("Range", node.constant(0), most, node.constant(1))  # [M]
+        o = node.op("Range", node.constant(0), outputs, node.constant(1))  # [O]
+        n3 = node.unsqueeze(n, [1, 2])
+        s = node.op("Add", node.op("Mul", node.unsqueeze(o, [0, 2]), n3),
+                    node.unsqueeze(j, [0, 1]))
+        valid = node.op("Less", node.unsqueeze(j, [0, 1]), n3)
+        total = node.op("Mul", n3, outputs)
+        shifted = node.op("Sub", node.cast(s, ct), self._scalar(a["output_pixel_offset"]))
+        if a["align_regions_to_corners"]:
+            one = node.constant(1)
+            t = node.op("Where", node.op("Equal", total, one), self._scalar(0.5),
+                        node.op("Div", shifted, node.cast(
+                            node.op("Max", node.op("Sub", total, one), one), ct)))
+        else:
+            t = node.op("Div", shifted, node.cast(total, ct))
+        coord = node.op("Sub", node.op("Add", node.unsqueeze(scaled_first, [1, 2]),
+                                       node.op("Mul", t, node.unsqueeze(size, [1, 2]))),
+                        self._scalar(a["input_pixel_offset"]))
+        last_pixel = node.op("Sub", length, node.constant(1))
+        last_f = node.cast(last_pixel, ct)
+        inside = node.op("And", node.op("GreaterOrEqual", coord, self._scalar(-1)),
+                         node.op("LessOrEqual", coord, node.cast(length, ct)))
+        clamped = node.op("Clip", coord, self._scalar(0), last_f)
+        unclamped = node.op("And", inside, node.op("Equal", coord, clamped))
+        safe = node.op("Where", inside, clamped, self._scalar(0))
+        if self.linear:
+            floor = node.op("Floor", safe)
+            frac = node.op("Sub", safe, floor)
+            lo = node.cast(floor, TensorProto.INT64)
+            hi = node.op("Min", node.op("Add", lo, node.constant(1)), last_pixel)
+        else:
+            nearest = node.op("Floor", node.op("Add", safe, self._scalar(0.5)))
+            lo = node.cast(node.op("Min", nearest, last_f), TensorProto.INT64)
+            hi = frac = ""
+        return Axis(n, most, node.unsqueeze(valid, place), node.unsqueeze(t, place),
+                    node.unsqueeze(inside, place), node.unsqueeze(unclamped, place), lo, hi,
+                    node.unsqueeze(frac, place) if frac else "")
+
+    # ------------------------------------------------------------------ reading samples
+    def rows(self, ys: str, xs: str) -> str:
+        """Row indices ``[R, OH, MY, OW, MX]`` into the image rows of the pixels at
+        ``ys``, ``xs`` (``[R, O, M]`` int64 of each axis)."""
+        node = self.node
+        y_rows = node.op("Mul", node.unsqueeze(ys, [3, 4]), self.width)
+        return node.op("Add", node.op("Add", self.base, y_rows), node.unsqueeze(xs, [1, 2]))
+
+    def read(self, image: str, ys: str, xs: str) -> str:
+        """The pixels at ``ys``, ``xs`` of every sample: ``[R, OH, MY, OW, MX, C]``."""
+        return self.node.op("Gather", image, self.rows(ys, xs), axis=0)
+
+    def corners(self, image: str) -> list[str]:
+        """The four corner pixels ``P[y0,x0], P[y0,x1], P[y1,x0], P[y1,x1]`` of every sample
+        (linear; ``y1 = min(y0 + 1, H - 1)``)."""
+        if image not in self._corners:
+            y, x = self.y, self.x
+            self._corners[image] = [self.read(image, ys, xs)
+                                    for ys in (y.lo, y.hi) for xs in (x.lo, x.hi)]
+        return self._corners[image]
+
+    @cached_property
+    def complements(self) -> tuple[str, str]:
+        """``1 - ly`` and ``1 - lx`` (linear)."""
+        one = self._scalar(1)
+        return (self.node.op("Sub", one, self.y.frac), self.node.op("Sub", one, self.x.frac))
+
+    @cached_property
+    def corner_weights(self) -> list[str]:
+        """``(1-ly)(1-lx), (1-ly) lx, ly (1-lx), ly lx`` (linear), in :meth:`corners` order."""
+        wy, wx = self.complements
+        return [self.node.op("Mul", a, b) for a in (wy, self.y.frac) for b in (wx, self.x.frac)]
+
+    def values(self, image: str, out_of_bounds: float) -> str:
+        """Every sample's value ``[R, OH, MY, OW, MX, C]``, the spec's formula term by term;
+        out-of-bounds samples read ``out_of_bounds``."""
+        node = self.node
+        if self.linear:
+            terms = [node.op("Mul", w, p)
+                     for w, p in zip(self.corner_weights, self.corners(image))]
+            value = terms[0]
+            for term in terms[1:]:
+                value = node.op("Add", value, term)
+        else:
+            value = self.read(image, self.y.lo, self.x.lo)
+        return node.op("Where", self.inside, value, self._scalar(out_of_bounds))
+
+    # ------------------------------------------------------------------ reductions
+    def average(self, values: str) -> str:
+        """``[R, OH, OW, C]``: the sum of the valid samples over ``n_y * n_x``."""
+        node = self.node
+        kept = node.op("Where", self.valid, values, self._scalar(0))
+        total = node.reduce("ReduceSum", kept, [2, 4], keepdims=0)
+        return node.op("Div", total, node.unsqueeze(self.count, [1, 2, 3]))
+
+    def maximum(self, values: str) -> tuple[str, str]:
+        """The largest valid sample ``[R, OH, 1, OW, 1, C]``, NaN where a valid sample is NaN
+        (as ``np.maximum``), and ``[R, OH, MY, OW, MX, C]`` bool: the valid NaN samples."""
+        node = self.node
+        kept = node.op("Where", self.valid, values, self._scalar(float("-inf")))
+        nan = node.op("And", node.op("IsNaN", values), self.valid)
+        any_nan = node.cast(node.reduce("ReduceMax", node.cast(nan, TensorProto.INT32),
+                                        [2, 4]), TensorProto.BOOL)
+        largest = node.op("Where", any_nan, self._scalar(float("nan")),
+                          node.reduce("ReduceMax", kept, [2, 4]))
+        return largest, nan
+
+    def first_maximum(self, values: str) -> str:
+        """``[R, OH, MY, OW, MX, C]`` bool: the first valid sample (row-major over the
+        ``n_y x n_x`` samples of its output) holding the maximum, the first NaN if any."""
+        node = self.node
+        largest, nan = self.maximum(values)
+        # where a sample is NaN, the maximum is NaN and equals nothing
+        hit = node.op("Or", node.op("And", node.op("Equal", values, largest), self.valid), nan)
+        rank_y = node.op("Range", node.constant(0), self.y.most, node.constant(1))
+        rank_x = node.op("Range", node.constant(0), self.x.most, node.constant(1))
+        rank = node.op("Add", node.unsqueeze(node.op("Mul", rank_y, self.x.most),
+                                             [0, 1, 3, 4, 5]),
+                       node.unsqueeze(rank_x, [0, 1, 2, 3, 5]))
+        beyond = node.op("Mul", self.y.most, self.x.most)
+        first = node.reduce("ReduceMin", node.op("Where", hit, rank, beyond), [2, 4])
+        return node.op("Equal", rank, first)
+
+
+__all__ = ["COMPUTE_TYPES", "Axis", "RoiGrid", "compute_type", "dims", "finish",
+           "image_rows", "rows_to_image", "to_compute"]

@@ -1,0 +1,254 @@
+"""Failure behaviour: the catalogue of bad inputs (tests/bad_inputs.py) through every layer a
+user meets, a child process that must survive every runtime case on both session paths, the
+memory limit, and concurrent mixed valid and invalid runs on one session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import dml_onnx
+from custom_ops import _common
+from dml_onnx import cli
+from tests import bad_inputs
+from tests.bad_inputs import BUILD, CASES, CHECK, CHECKER, LAYERS, LOAD, RUN, BadInput, limited
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schemas():
+    dml_onnx.register_schemas()
+
+
+def cases(layer: str) -> list:
+    return [pytest.param(c, id=c.name) for c in CASES if layer in c.layers]
+
+
+def assert_names_everything(case: BadInput, layer: str, message: str) -> None:
+    for part in case.expected(layer):
+        assert part in message, f"{part!r} missing from {layer} message {message!r}"
+
+
+def raised(case: BadInput, layer: str, call, error: type[BaseException]) -> BaseException:
+    with limited(case), pytest.raises(error) as info:
+        call()
+    assert_names_everything(case, layer, str(info.value))
+    return info.value
+
+
+@pytest.fixture
+def restore_limit():
+    previous = dml_onnx.set_memory_limit(None)
+    yield
+    dml_onnx.set_memory_limit(previous)
+
+
+# --------------------------------------------------------------------------------- catalogue
+def test_catalogue_covers_every_listed_error_operator_and_layer():
+    assert len(CASES) >= 60
+    assert len({c.name for c in CASES}) == len(CASES)
+    assert {c.spec for c in CASES} - {""} == set(bad_inputs.SPEC_ERRORS)
+    assert {c.op for c in CASES} == set(dml_onnx.OPERATORS_BY_NAME)
+    for layer in LAYERS:
+        assert {c.op for c in CASES if layer in c.layers} == set(dml_onnx.OPERATORS_BY_NAME), \
+            layer
+    assert all(c.layers and c.layers <= set(LAYERS) for c in CASES)
+
+
+@pytest.mark.parametrize("case", cases(BUILD))
+def test_builder(case):
+    raised(case, BUILD, case.build, case.error)
+
+
+@pytest.mark.parametrize("case", cases(CHECKER))
+def test_onnx_checker(case):
+    raised(case, CHECKER, lambda: onnx.checker.check_model(case.static_model(), full_check=True),
+           (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError))
+
+
+@pytest.mark.parametrize("case", cases(CHECK))
+def test_check_model_and_command(case, tmp_path, capsys):
+    model = case.static_model()
+    with limited(case):
+        problems = dml_onnx.check_model(model)
+        assert any(all(part in p for part in case.expected(CHECK)) for p in problems), problems
+        path = tmp_path / "model.onnx"
+        onnx.save(model, path)
+        assert cli.main(["check", str(path)]) == 1
+    printed = capsys.readouterr().out
+    assert all(problem in printed for problem in problems)
+
+
+@pytest.mark.parametrize("case", cases(LOAD))
+def test_session_refuses_the_model(case):
+    raised(case, LOAD, lambda: dml_onnx.InferenceSession(case.static_model()), case.error)
+
+
+@pytest.mark.parametrize("case", cases(RUN))
+def test_session_run_raises_then_keeps_working(case):
+    session = dml_onnx.InferenceSession(case.runtime_model())
+    error = raised(case, RUN, lambda: session.run(None, case.feeds()), dml_onnx.KernelError)
+    assert str(error).startswith(f"{case.op} '{case.name}': ")
+    valid = case.valid_feeds()
+    if valid is not None:
+        with limited(case):
+            got = session.run(None, valid)
+            want = dml_onnx.ReferenceEvaluator(case.runtime_model()).run(None, valid)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_valid_models_have_no_problems(tmp_path, capsys):
+    for definition in dml_onnx.OPERATORS:
+        example = next(e for e in definition.examples() if not e.error)
+        case = BadInput("valid", definition.name, "", "", frozenset(),
+                        attributes=example.attributes, outputs=example.outputs,
+                        inputs=dict(zip((p.name for p in definition.inputs), example.inputs)))
+        assert dml_onnx.check_model(case.static_model()) == []
+        path = tmp_path / f"{definition.name}.onnx"
+        onnx.save(case.static_model(), path)
+        assert cli.main(["check", str(path)]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out
+
+
+def test_check_reports_an_unreadable_model(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"not a model")
+    (problem,) = dml_onnx.check_model(path)
+    assert problem.startswith("model: cannot be read as ONNX")
+    assert dml_onnx.check_model(tmp_path / "missing.onnx")[0].startswith("model: cannot be read")
+
+
+# --------------------------------------------------------------------------------- child process
+def test_a_child_process_survives_every_runtime_case_on_both_paths():
+    result = subprocess.run([sys.executable, "-m", "tests.run_bad_inputs"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = {o["case"]: o for o in map(json.loads, result.stdout.splitlines())}
+    runtime_cases = [c for c in CASES if RUN in c.layers]
+    assert sorted(outcomes) == sorted(c.name for c in runtime_cases)
+    for case in runtime_cases:
+        outcome = outcomes[case.name]
+        assert outcome["session"]["type"] == "KernelError", outcome
+        assert_names_everything(case, RUN, outcome["session"]["message"])
+        # the plain session fails in the guard node named after op and node; the reason is logged
+        plain = outcome["plain"]
+        assert plain["type"] is not None, outcome
+        assert f"{case.op} '{case.name}'" in plain["message"], outcome
+        assert_names_everything(case, RUN, plain["logged"])
+        wanted = None if case.valid_feeds() is None else True
+        assert outcome["session_recovered"] is wanted, outcome
+        assert outcome["plain_recovered"] is wanted, outcome
+
+
+# --------------------------------------------------------------------------------- memory limit
+def test_default_limit_is_a_share_of_available_memory(restore_limit, monkeypatch):
+    monkeypatch.setattr(_common, "_default_limit", None)
+    monkeypatch.setattr(_common, "available_memory", lambda: 8000)
+    assert dml_onnx.memory_limit() == 8000 * _common.MEMORY_FRACTION
+    monkeypatch.undo()
+    assert 0 < dml_onnx.memory_limit() <= _common.available_memory()
+
+
+def test_available_memory_without_proc_meminfo_or_sysconf(monkeypatch):
+    def unavailable(*args):
+        raise OSError("not here")
+
+    monkeypatch.setattr(_common, "open", unavailable, raising=False)
+    pages = _common.available_memory()
+    assert pages > 0  # from os.sysconf
+    monkeypatch.setattr(_common.os, "sysconf", lambda name: unavailable())
+    assert _common.available_memory() == 8 << 30
+
+
+def test_set_memory_limit_returns_the_previous_setting(restore_limit):
+    assert dml_onnx.set_memory_limit(1000) is None
+    assert dml_onnx.memory_limit() == 1000
+    assert dml_onnx.set_memory_limit(None) == 1000
+    assert dml_onnx.memory_limit() > 1000
+    for bad in (-1, 1.5, "1GB", True):
+        with pytest.raises(ValueError, match="memory limit"):
+            dml_onnx.set_memory_limit(bad)
+
+
+def test_limit_applies_to_the_reference_evaluator_and_leaves_small_outputs(restore_limit):
+    case = next(c for c in CASES if c.name == "lp_pooling_output_above_limit")
+    model = case.runtime_model()
+    dml_onnx.set_memory_limit(127)
+    with pytest.raises(dml_onnx.KernelError, match=r"output Y \[1, 2, 4, 4\] of float32 needs "
+                                                   r"128 bytes, above the memory limit of 127"):
+        dml_onnx.ReferenceEvaluator(model).run(None, case.feeds())
+    dml_onnx.set_memory_limit(200)  # padded temporary [1, 2, 5, 5] float32 = 200 bytes
+    (y,) = dml_onnx.InferenceSession(model).run(None, case.feeds())
+    assert y.shape == (1, 2, 4, 4)
+
+
+# --------------------------------------------------------------------------------- no hang
+def test_huge_but_empty_work_finishes(restore_limit):
+    """Attributes asking for astronomically many taps build, check and run at once when the
+    data is empty (nothing is planned or looped over per tap)."""
+    dml_onnx.set_memory_limit(1 << 62)  # no array here is allocated at the size it asks for
+    window = [10 ** 4] * 3
+    node = dml_onnx.fold("X", "Y", window_sizes=window, output_size=window, name="huge")
+    model = dml_onnx.make_model(
+        [node], [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
+        [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)])
+    assert dml_onnx.check_model(model) == []
+    (Y,) = dml_onnx.InferenceSession(model).run(None, {"X": np.zeros((0, 10 ** 12, 1),
+                                                                     np.float32)})
+    assert Y.shape == (0, 1, *window)
+    (Y,) = dml_onnx.OPERATORS_BY_NAME["LpPooling"].run_kernel(
+        [np.zeros((0, 3, 1), np.float32)],
+        {"window_size": [10 ** 12], "strides": [], "dilations": [], "start_padding": [10 ** 12],
+         "end_padding": [], "p": 2}, "lp", [True])
+    assert Y.shape == (0, 3, 2)
+
+
+# --------------------------------------------------------------------------------- concurrency
+@pytest.mark.parametrize("op", list(bad_inputs.BASE))
+def test_eight_threads_mixed_valid_and_invalid_runs_on_one_session(op):
+    base = bad_inputs.BASE[op]
+    model = BadInput("shared", op, "", "", frozenset()).runtime_model()
+    session = dml_onnx.InferenceSession(model)
+    reference = dml_onnx.ReferenceEvaluator(model)
+    invalid = [c for c in CASES if c.op == op and RUN in c.layers and c.memory_limit is None
+               and c.all_attributes() == base.attributes and c.outputs == (True,)
+               and all(a.dtype == base.inputs[n].dtype for n, a in c.feeds().items())]
+    assert len(invalid) >= 2, op
+    rng = np.random.default_rng(7)
+    valid = [{n: (a * rng.uniform(0.5, 2)).astype(a.dtype) if a.dtype.kind == "f" else a
+              for n, a in base.inputs.items()} for _ in range(8)]
+    wants = [reference.run(None, feeds) for feeds in valid]
+    failures: list[str] = []
+
+    def work(index: int) -> None:
+        for round_ in range(200):
+            step = index + round_
+            if step % 3 == 0:
+                case = invalid[step % len(invalid)]
+                try:
+                    session.run(None, case.feeds())
+                    failures.append(f"{case.name}: no error")
+                except dml_onnx.KernelError as error:
+                    op_type, _, field, value = case.expected(RUN)
+                    if not all(p in str(error) for p in (op_type, "'shared'", field, value)):
+                        failures.append(f"{case.name}: {error}")
+                continue
+            got = session.run(None, valid[step % len(valid)])
+            if not all(np.array_equal(a, b) for a, b in zip(got, wants[step % len(valid)])):
+                failures.append(f"thread {index} round {round_}: wrong result")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
