@@ -187,6 +187,19 @@ def sliding_block_counts(op: str, node: str, spatial_shape: Sequence[int], windo
     return tuple(counts)
 
 
+def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``.
+
+    Copied eight channels at a time: a plain strided transpose is about 3x slower."""
+    n, c, h, w = X.shape
+    out = np.empty((n, h * w, c), dtype)
+    planes = X.reshape(n, c, h * w)
+    for image in range(n):
+        for c0 in range(0, c, 8):
+            out[image, :, c0:c0 + 8] = planes[image, c0:c0 + 8].T
+    return out.reshape(n, h, w, c)
+
+
 def check_rank(op: str, node: str, name: str, array: np.ndarray, ranks: Sequence[int]) -> None:
     if array.ndim not in ranks:
         raise KernelError(op, node, f"{name} rank", array.ndim,

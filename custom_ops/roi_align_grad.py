@@ -28,6 +28,7 @@ import numpy as np
 
 from custom_ops._common import (
     KernelError,
+    channels_last,
     check_float_input,
     check_ints,
     check_rank,
@@ -40,7 +41,6 @@ from custom_ops.roi_align1 import (
     all_finite,
     argmax_bins,
     back_project,
-    channels_last,
     check_image_shape,
     check_regions,
     check_sampling,

@@ -14,17 +14,25 @@ each corner is ``round_half_away(coordinate * spatial_scale)`` with the product 
 ``p`` of ``P`` spans ``[p * size // P, ceil((p + 1) * size / P))`` from the region start, in
 exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN in a bin gives
 NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
-float16's own max).
+float16's own max: the kernel takes it in float16).
+
+Implementation: the bin maxima are separable, rows then columns. Up to :data:`SMALL_ROIS`
+regions get their geometry in Python integers and one gather of their bins' pixels (few numpy
+calls: small inputs); more regions get it vectorised and are pooled region by region from a
+channels-last copy of X (long contiguous runs of ``C`` values), in rows then columns.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
 from custom_ops._common import (
     KernelError,
+    channels_last,
     check_finite,
     check_float_input,
     check_ints,
@@ -38,6 +46,9 @@ OP = "RoiPooling"
 
 _CORNERS = ("x1", "y1", "x2", "y2")
 _INDEX_BUDGET = 1 << 20  # gather-index entries built at once (bounds the temporary memory)
+SMALL_ROIS = 4
+"""Up to this many regions: geometry in Python integers (fewer numpy calls)."""
+_SMALL_GATHER = 1 << 14  # ... and pooled by one gather when it reads at most this many pixels
 
 
 def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: float) -> None:
@@ -54,11 +65,22 @@ def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: fl
                               "is not finite as a float32 (the attribute's type)")
 
 
+@lru_cache(maxsize=256)
+def _attributes(node: str, pooled_size: tuple, spatial_scale: float) -> tuple[int, int]:
+    """Checked ``(PH, PW)`` (cached; invalid attributes raise every time)."""
+    check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    ph, pw = (int(v) for v in pooled_size)
+    return ph, pw
+
+
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
                 spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
     """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
-    check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
-    ph_count, pw_count = (int(v) for v in np.ravel(pooled_size))
+    if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
+        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    if type(pooled_size) is not tuple:
+        pooled_size = tuple(np.ravel(pooled_size).tolist())
+    ph_count, pw_count = _attributes(node, pooled_size, float(spatial_scale))
     X = np.asarray(X)
     rois = np.asarray(rois)
     check_float_input(OP, node, "X", X)
@@ -72,22 +94,104 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
                           "is not [R, 5], [1, R, 5] or [1, 1, R, 5]")
     rois = rois.reshape(-1, 5)
     n, c, h, w = X.shape
-    ctype = compute_dtype(X.dtype)
-
-    batch = _batch_indices(rois[:, 0], n, node)
-    x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
-    check_memory(OP, node, "temporary bin edges", (max(len(rois), 1), max(ph_count, pw_count)),
-                 np.int64)
-    hs, he = _bins(y1, y2, ph_count, h)
-    ws, we = _bins(x1, x2, pw_count, w)
-
     r = rois.shape[0]
+    ctype = compute_dtype(X.dtype)
+    check_memory(OP, node, "temporary bin edges", (max(r, 1), max(ph_count, pw_count)),
+                 np.int64)
+    check_memory(OP, node, "output Y", (r, c, ph_count, pw_count), X.dtype)
+    if r <= SMALL_ROIS:
+        regions = _python_regions(rois, n, h, w, ph_count, pw_count, ctype, spatial_scale, node)
+        if min(c, h, w) and sum(_gathered(region) for region in regions) <= _SMALL_GATHER:
+            return _pool_by_gather(X, regions, ph_count, pw_count)
+        geometry = tuple(np.array(part, np.int64).reshape(r, -1) for part in zip(*regions))
+    else:
+        batch = _batch_indices(rois[:, 0], n, node)
+        x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
+        geometry = (batch, *_bins(y1, y2, ph_count, h), *_bins(x1, x2, pw_count, w))
     if min(r, c, h, w) == 0:
         return np.zeros((r, c, ph_count, pw_count), X.dtype)
-    Y = _pool(X, ctype, batch, hs, he, ws, we)
-    return Y.astype(X.dtype, copy=False)
+    return _pool(X, *geometry)
 
 
+# ------------------------------------------------------------------ few regions: Python integers
+Region = tuple[int, list[int], list[int], list[int], list[int]]
+"""Batch index, then bin starts and ends over rows (PH each), then over columns (PW each)."""
+
+
+def _python_regions(rois: np.ndarray, n: int, h: int, w: int, ph: int, pw: int,
+                    ctype: np.dtype, spatial_scale: float, node: str) -> list[Region]:
+    """The geometry of a few regions in exact Python integers, with the checks and messages of
+    the vectorised path (:func:`_batch_indices`, :func:`_scaled_corners`) in its order."""
+    rows = rois.tolist()
+    for i, row in enumerate(rows):
+        v = row[0]
+        if not (v == v and 0 <= math.trunc(v) < n if math.isfinite(v) else False):
+            rule = f"is outside [0, {n})" if v == v else f"is NaN, not in [0, {n})"
+            raise KernelError(OP, node, f"rois[{i}] batch index", _number(v), rule)
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row[1:]):
+            if not math.isfinite(v):
+                raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(v),
+                                  "is not finite")
+    with np.errstate(over="ignore"):
+        scaled = (rois[:, 1:].astype(ctype) * ctype.type(spatial_scale)).tolist()
+    for i, corners in enumerate(scaled):
+        for j, v in enumerate(corners):
+            if not math.isfinite(v):
+                raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(rows[i][j + 1]),
+                                  f"times spatial_scale {spatial_scale} overflows {ctype.name}")
+    regions = []
+    for row, corners in zip(rows, scaled):
+        x1, y1, x2, y2 = (_round_half_away(v) for v in corners)
+        regions.append((math.trunc(row[0]), *_python_bins(y1, y2, ph, h),
+                        *_python_bins(x1, x2, pw, w)))
+    return regions
+
+
+def _round_half_away(v: float) -> int:
+    magnitude = abs(v)
+    whole = math.floor(magnitude)
+    whole += magnitude - whole >= 0.5  # exact in floating point
+    return int(whole) if v >= 0 else -int(whole)
+
+
+def _python_bins(lo: int, hi: int, pooled: int, limit: int) -> tuple[list[int], list[int]]:
+    """:func:`_bins` of one region in Python integers."""
+    size = max(hi - lo + 1, 1)
+    starts = [min(max(p * size // pooled + lo, 0), limit) for p in range(pooled)]
+    ends = [min(max(((p + 1) * size + pooled - 1) // pooled + lo, 0), limit)
+            for p in range(pooled)]
+    return starts, ends
+
+
+def _gathered(region: Region) -> int:
+    """Pixels one gather reads for a region: bins times the largest bin."""
+    _, hs, he, ws, we = region
+    height = max(max(e - s for s, e in zip(hs, he)), 1)
+    width = max(max(e - s for s, e in zip(ws, we)), 1)
+    return len(hs) * len(ws) * height * width
+
+
+def _pool_by_gather(X: np.ndarray, regions: list[Region], ph: int, pw: int) -> np.ndarray:
+    """Each region's bins read by one gather (shorter bins repeat their last pixel)."""
+    n, c, h, w = X.shape
+    Y = np.empty((len(regions), c, ph, pw), X.dtype)
+    planes = X.reshape(n, c, h * w)
+    for i, (b, hs, he, ws, we) in enumerate(regions):
+        bins = [[y * w + x for y in range(ys, ye) for x in range(xs, xe)]
+                for ys, ye in zip(hs, he) for xs, xe in zip(ws, we)]
+        size = max(1, *(len(pixels) for pixels in bins))
+        empty = [not pixels for pixels in bins]
+        index = [pixels + pixels[-1:] * (size - len(pixels)) if pixels else [0] * size
+                 for pixels in bins]
+        values = planes[b][:, index].max(axis=2)  # [C, PH * PW]
+        if any(empty):
+            values[:, empty] = 0
+        Y[i] = values.reshape(c, ph, pw)
+    return Y
+
+
+# ----------------------------------------------------------------------- many regions: vectorised
 def _batch_indices(ids: np.ndarray, n: int, node: str) -> np.ndarray:
     """``trunc(batch_id)``, each checked to lie in ``[0, N)``, as int64."""
     ids = ids.astype(np.float64)
@@ -150,14 +254,14 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
             np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
-def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
-          ws: np.ndarray, we: np.ndarray) -> np.ndarray:
-    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``; every size is at least 1 here.
+def _pool(X: np.ndarray, batch: np.ndarray, hs: np.ndarray, he: np.ndarray, ws: np.ndarray,
+          we: np.ndarray) -> np.ndarray:
+    """The bin maxima ``[R, C, PH, PW]`` in X's type; every size is at least 1 here.
 
-    Per ROI: gather the rows of each row-bin (the last row repeated to a common length) and
-    take their maximum, then the same over columns. Channels-last keeps each gathered run
-    long (``width * C`` contiguous values); X is transposed once for that when the ROI
-    windows together are at least as large as X, else the windows are read in place.
+    Per region: gather the rows of each row-bin (the last row repeated to a common length) and
+    take their maximum, then the same over columns. Channels-last keeps each gathered run long
+    (``width * C`` contiguous values); X is copied so once when the windows together are at
+    least as large as X, else they are read in place.
     """
     n, c, h, w = X.shape
     r, ph_count = hs.shape
@@ -174,13 +278,9 @@ def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he:
     h_max = h_len.max(axis=1)
     w_max = w_len.max(axis=1)
     window_values = int(((y1 - y0) * (x1 - x0)).sum()) * c
-    channels_last = window_values >= X.size
-    if channels_last:
-        source = np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype=ctype)
-        Y = np.empty((r, ph_count, pw_count, c), ctype)
-    else:
-        source = X.astype(ctype, copy=False)
-        Y = np.empty((r, c, ph_count, pw_count), ctype)
+    by_channels_last = window_values >= X.size
+    source = channels_last(X, X.dtype) if by_channels_last else X
+    Y = np.empty((r, c, ph_count, pw_count), X.dtype)
 
     per_roi = ph_count * int(h_max.max()) + pw_count * int(w_max.max())
     chunk = max(1, _INDEX_BUDGET // per_roi)
@@ -193,17 +293,15 @@ def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he:
         for k, i in enumerate(range(sl.start, sl.stop)):
             row_idx = rows[k, :, :h_max[i]]
             col_idx = cols[k, :, :w_max[i]]
-            if channels_last:
+            if by_channels_last:
                 window = source[batch[i], y0[i]:y1[i], x0[i]:x1[i]]       # [h, w, C]
-                Y[i] = window[row_idx].max(axis=1)[:, col_idx].max(axis=2)
+                pooled = window[row_idx].max(axis=1)[:, col_idx].max(axis=2)  # [PH, PW, C]
+                Y[i] = pooled.transpose(2, 0, 1)
             else:
                 window = source[batch[i], :, y0[i]:y1[i], x0[i]:x1[i]]    # [C, h, w]
                 Y[i] = window[:, row_idx].max(axis=2)[:, :, col_idx].max(axis=3)
 
     empty = (he <= hs)[:, :, None] | (we <= ws)[:, None, :]
-    if channels_last:
-        Y[empty] = 0
-        return np.ascontiguousarray(Y.transpose(0, 3, 1, 2))
     if empty.any():
         Y.transpose(0, 2, 3, 1)[empty] = 0
     return Y

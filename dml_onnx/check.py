@@ -22,8 +22,8 @@ from dml_onnx.definition import (
     DOMAIN,
     OPSET_VERSION,
     Shape,
-    inference_errors_collected,
     known,
+    lenient_inference,
     node_label,
 )
 from dml_onnx.graphs import element_types, reject_nested
@@ -49,14 +49,13 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
         reject_nested(model, "dml_onnx")
     except ValueError as error:
         problems.append(str(error))
-    with inference_errors_collected() as inference_errors:
+    with lenient_inference():
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
         types = element_types(inferred)
     shapes = _shapes(inferred.graph)
     for node in model.graph.node:
         if node.domain == DOMAIN:
-            found = _node_problems(node, types, shapes, inference_errors)
-            problems.extend(p for p in found if p not in problems)
+            problems += _node_problems(node, types, shapes)
     return problems
 
 
@@ -80,10 +79,11 @@ def _shapes(graph: onnx.GraphProto) -> dict[str, Shape]:
     return shapes
 
 
-def _node_problems(node: onnx.NodeProto, types: dict[str, int], shapes: dict[str, Shape],
-                   inference_errors: dict[str, list[str]]) -> list[str]:
+def _node_problems(node: onnx.NodeProto, types: dict[str, int],
+                   shapes: dict[str, Shape]) -> list[str]:
     """The problems of one ``dml_onnx`` node: signature and attributes first (the rest
-    needs them), then element types, shape inference and the memory limit."""
+    needs them), then element types, and shapes (the shape function of its schema, over the
+    input shapes that inference found) with the memory limit."""
     label = node_label(node)
     definition = OPERATORS_BY_NAME.get(node.op_type)
     if definition is None:
@@ -99,15 +99,15 @@ def _node_problems(node: onnx.NodeProto, types: dict[str, int], shapes: dict[str
     except ValueError as error:
         problems.append(str(error))
         elem_types = {}
-    problems += inference_errors.get(node.name or label, [])
-    if problems:
-        return problems
     input_shapes = [shapes.get(node.input[i]) if i < len(node.input) and node.input[i] else None
                     for i in range(len(definition.inputs))]
-    output_shapes = definition.infer_shapes(input_shapes, attributes, label)
+    try:
+        output_shapes = definition.infer_shapes(input_shapes, attributes, label)
+    except ValueError as error:
+        return [*problems, str(error)]
     for k, (parameter, shape) in enumerate(zip(definition.outputs, output_shapes)):
-        if k < len(node.output) and node.output[k] and shape is not None and all(
-                known(d) for d in shape):
+        if (k < len(node.output) and node.output[k] and parameter.type in elem_types
+                and shape is not None and all(known(d) for d in shape)):
             try:
                 check_memory(definition.name, label, f"output {parameter.name}", shape,
                              helper.tensor_dtype_to_np_dtype(elem_types[parameter.type]))

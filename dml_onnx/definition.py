@@ -295,11 +295,9 @@ class OpDefinition:
         label = ctx.get_display_name().rpartition("(")[2].rstrip(")") or "<unnamed>"
         try:
             self._infer(ctx, label)
-        except ValueError as error:
-            found = getattr(_inference_errors, "found", None)
-            if found is None:
+        except ValueError:
+            if not getattr(_inference, "lenient", False):
                 raise
-            found.setdefault(label, []).append(str(error))
 
     def _infer(self, ctx: Any, label: str) -> None:
         values = {a.name: self._typed_value(a, ctx.get_attribute(a.name), label)
@@ -376,21 +374,20 @@ class OpDefinition:
                              dtypes[parameter.type])
 
 
-_inference_errors = threading.local()
+_inference = threading.local()
 
 
 @contextlib.contextmanager
-def inference_errors_collected() -> Iterator[dict[str, list[str]]]:
-    """Within this context, onnx shape inference of a ``dml_onnx`` node that finds a problem
-    leaves the node's outputs unknown and records the message under the node's name in the
-    yielded dict, instead of raising (this thread only)."""
-    previous = getattr(_inference_errors, "found", None)
-    found: dict[str, list[str]] = {}
-    _inference_errors.found = found
+def lenient_inference() -> Iterator[None]:
+    """Within this context (this thread), onnx shape inference leaves the outputs of a
+    ``dml_onnx`` node with a problem unknown instead of raising, so that it goes on through
+    the rest of the graph: for tools that report each node's problems themselves."""
+    previous = getattr(_inference, "lenient", False)
+    _inference.lenient = True
     try:
-        yield found
+        yield
     finally:
-        _inference_errors.found = previous
+        _inference.lenient = previous
 
 
 def _type_name(elem_type: int) -> str:

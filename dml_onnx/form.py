@@ -27,10 +27,10 @@ MINIMUM_OPSET = 16
 """Oldest default-domain opset the forms support (``ScatterND``/``ScatterElements`` with
 ``reduction="add"``)."""
 
-NATIVE_VERSIONS = {"MaxRoiPool": (1, 22), "RoiAlign": (16, 22), "LpPool": (11, 18, 22),
+NATIVE_VERSIONS = {"MaxRoiPool": (1,), "RoiAlign": (16, 22), "LpPool": (11, 18, 22),
                    "Col2Im": (18,)}
 """Versions of each native op that the forms may emit (later versions only add types; LpPool
-takes dilations from version 18)."""
+takes dilations from version 18; onnxruntime's CPU provider has no MaxRoiPool-22)."""
 
 DIRECTML_VERSIONS = {"MaxRoiPool": 1, "RoiAlign": 16, "LpPool": 11, "Col2Im": 18}
 """The version of each native op the DirectML execution provider registers."""
@@ -109,6 +109,8 @@ class StandardNode:
     def uses_native(self, op_type: str, minimum_version: int = 1) -> bool:
         """Whether to emit the native ``op_type``: preferred, and this opset resolves it to
         one of :data:`NATIVE_VERSIONS`, at least ``minimum_version``."""
+        if not onnx.defs.has(op_type, self.opset):
+            return False
         version = op_version(op_type, self.opset)
         return (self.native and version in NATIVE_VERSIONS[op_type]
                 and version >= minimum_version)

@@ -13,7 +13,8 @@ node of the private domain ``dml_onnx.runtime``, chosen for the node's element t
 - returns, next to each output, that output's shape; in a model for plain onnxruntime sessions
   a ``Reshape`` by this shape guards the output: after a failed kernel the shapes disagree, so
   onnxruntime fails the run instead of handing back a wrong tensor. (:class:`InferenceSession`
-  checks every run itself and leaves the guards out: on a graph output they cost a copy.)
+  checks every run itself and uses unguarded PyOps, which return no shapes: on a graph output
+  a guard costs a copy, and every extra output time.)
 
 The invocation hook passes numpy arrays both ways (no lists) and never lets an exception escape:
 it keeps the error for the calling thread, and :class:`InferenceSession` raises it from
@@ -82,10 +83,12 @@ _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go throug
 
 @dataclass(frozen=True)
 class _Variant:
-    """One PyOp: an operator at one concrete element type per type constraint."""
+    """One PyOp: an operator at one concrete element type per type constraint; a guarded one
+    returns each output's shape too (for the guard ``Reshape``), an unguarded one does not."""
 
     definition: OpDefinition
     output_dtypes: tuple[np.dtype, ...]
+    guarded: bool
 
 
 _VARIANTS_BY_ID: dict[int, _Variant] = {}
@@ -104,8 +107,9 @@ class _ThreadState(threading.local):
 _state = _ThreadState()
 
 
-def _variant_name(definition: OpDefinition, types: dict[str, int]) -> str:
-    return "_".join([definition.name, *(_PYOP_TYPES[types[name]][0] for name in types)])
+def _variant_name(definition: OpDefinition, types: dict[str, int], guarded: bool) -> str:
+    return "_".join([definition.name, *(_PYOP_TYPES[types[name]][0] for name in types),
+                     *([] if guarded else ["unguarded"])])
 
 
 def _type_params(definition: OpDefinition) -> list[str]:
@@ -129,19 +133,21 @@ def register_runtime_ops() -> None:
             params = _type_params(definition)
             choices = [sorted({_TYPE_STRINGS[t] for t in definition.type_constraints[p]}
                               - _CAST_TO_FLOAT) for p in params]
-            for combo in itertools.product(*choices):
+            for combo, guarded in itertools.product(itertools.product(*choices), (True, False)):
                 types = dict(zip(params, combo))
-                op_type = _variant_name(definition, types)
+                op_type = _variant_name(definition, types, guarded)
                 outputs = []
                 for parameter in definition.outputs:
-                    outputs += [_PYOP_TYPES[types[parameter.type]][1], PyCustomOpDef.dt_int64]
+                    outputs += [_PYOP_TYPES[types[parameter.type]][1],
+                                *([PyCustomOpDef.dt_int64] if guarded else [])]
                 opdef = _ocos.Opdef.create(
                     _never_called, op_type=f"{RUNTIME_DOMAIN}::{op_type}",
                     inputs=[_PYOP_TYPES[types[p.type]][1] for p in definition.inputs],
                     outputs=outputs, attrs={"config": PyCustomOpDef.dt_string})
                 _VARIANTS_BY_ID[opdef._id] = _Variant(
                     definition,
-                    tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs))
+                    tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs),
+                    guarded)
         PyCustomOpDef.install_hooker(_invoke)
 
 
@@ -193,13 +199,15 @@ def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tu
             _logger.error("%s", error)
         result: list[Any] = [k_id]
         for dtype in variant.output_dtypes:  # an output the guard Reshape cannot accept
-            result += [(0,), np.zeros(0, dtype), (1,), np.ones(1, np.int64)]
+            result += [(0,), np.zeros(0, dtype)]
+            if variant.guarded:
+                result += [(1,), np.ones(1, np.int64)]
         return tuple(result)
 
 
 def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[Any]:
-    """The kernel's outputs as the hook returns them: shape and array, for each output
-    followed by its shape as a tensor (what the guard Reshape reads)."""
+    """The kernel's outputs as the hook returns them: shape and array for each output,
+    followed, for a guarded variant, by its shape as a tensor (what the guard Reshape reads)."""
     inputs: list[np.ndarray | None] = list(feed)
     for i in call.absent:
         inputs[i] = None
@@ -213,7 +221,9 @@ def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[An
             _state.fetched[fetch[0]] = _convert(_contiguous(array, array.dtype), fetch[1])
             array = None
         array = _EMPTY[dtype] if array is None else _contiguous(array, dtype)
-        result += (array.shape, array, (array.ndim,), _shape_tensor(array.shape))
+        result += (array.shape, array)
+        if variant.guarded:
+            result += ((array.ndim,), _shape_tensor(array.shape))
     return result
 
 
@@ -388,7 +398,7 @@ def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int], guard
     kernel_outputs, guards = [], []
     for k, (parameter, present) in enumerate(zip(definition.outputs, outputs_present)):
         raw, shape = f"{prefix}_out_{k}", f"{prefix}_shape_{k}"
-        kernel_outputs += [raw, shape]
+        kernel_outputs += [raw, shape] if guard else [raw]
         if not present:
             continue
         target = node.output[k]
@@ -400,12 +410,12 @@ def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int], guard
                 name=f"{definition.name} '{label}' output {parameter.name} (fails when the "
                      "kernel failed; the dml_onnx logger has the reason)"))
         elif checked == target:
-            kernel_outputs[-2] = target
+            kernel_outputs[-1] = target
         else:
             checked = raw
         if checked != target:
             guards.append(helper.make_node("Cast", [checked], [target], to=original))
-    variant = _variant_name(definition, runtime_types)
+    variant = _variant_name(definition, runtime_types, guard)
     nodes.append(helper.make_node(variant, kernel_inputs, kernel_outputs, name=node.name or None,
                                   domain=RUNTIME_DOMAIN, config=config))
     return nodes + guards

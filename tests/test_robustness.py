@@ -119,6 +119,34 @@ def test_valid_models_have_no_problems(tmp_path, capsys):
     assert "0 problem(s)" in capsys.readouterr().out
 
 
+def test_check_follows_shapes_through_the_graph_and_reports_every_node(restore_limit):
+    dml_onnx.set_memory_limit(1 << 30)
+    helper = onnx.helper
+    nodes = [dml_onnx.roi_pooling("X", "rois", "pooled", pooled_size=[1000, 1000], name="pool"),
+             helper.make_node("Identity", ["pooled"], ["same"]),
+             dml_onnx.unfold("same", "columns", window_sizes=[100, 100], name="im2col"),
+             helper.make_node("Unfold", ["X"], ["bad"], domain=dml_onnx.DOMAIN,
+                              window_sizes=[0, 2]),
+             helper.make_node("LpPooling", ["X3"], ["pooled3"], domain=dml_onnx.DOMAIN,
+                              window_size=[2, 2])]
+    model = dml_onnx.make_model(
+        nodes, [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 1, 4, 4]),
+                helper.make_tensor_value_info("X3", onnx.TensorProto.FLOAT, [1, 1, 4]),
+                helper.make_tensor_value_info("rois", onnx.TensorProto.FLOAT, ["R", 5])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+         for n in ("columns", "bad", "pooled3")])
+    assert dml_onnx.check_model(model) == [  # R is not known: im2col's size is not either
+        "Unfold '<producing bad>': window_sizes[0] 0 is below 1",
+        "LpPooling '<producing pooled3>': X rank 3 is not 4 (the attributes have 2 spatial "
+        "values)"]
+    model.graph.input[2].type.tensor_type.shape.dim[0].dim_value = 3  # now R is known
+    problems = dml_onnx.check_model(model)
+    assert len(problems) == 3
+    assert problems[0].startswith("Unfold 'im2col': output Y [3, 10000, 811801] of float32 "
+                                  "needs 97416120000 bytes, above the memory limit of "
+                                  "1073741824 bytes")
+
+
 def test_check_reports_an_unreadable_model(tmp_path):
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"not a model")

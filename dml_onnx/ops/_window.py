@@ -3,7 +3,7 @@ operators (LpPooling, Unfold, Fold)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -155,12 +155,14 @@ def _case(name: str, spatial: Sequence[int], window: Sequence[int], **others: Se
                                              **{k: list(v) for k, v in others.items()}})
 
 
+DEFAULTS = _case("defaults", (5, 4), (2, 3))
+"""Every attribute but the window at its default."""
 EVERYTHING = _case("everything", (6, 5), (3, 2), strides=(2, 3), dilations=(2, 2),
                    start_padding=(2, 1), end_padding=(1, 3))
 """Every attribute away from its default; the element-type cases use it."""
 
 WINDOW_CASES = (
-    _case("defaults", (5, 4), (2, 3)),
+    DEFAULTS,
     _case("strides", (5, 4), (2, 3), strides=(2, 3)),
     _case("dilations", (5, 4), (2, 3), dilations=(2, 1)),
     _case("start_padding", (5, 4), (2, 3), start_padding=(1, 2)),
@@ -188,9 +190,16 @@ window), 1 to 3 spatial axes (3-D with and without dilations: onnxruntime's Col2
 only the latter) and the most (6)."""
 
 
-def window_cases(max_k: int) -> tuple[WindowCase, ...]:
-    """The shared geometries with at most ``max_k`` spatial axes."""
-    return tuple(case for case in WINDOW_CASES if len(case.spatial) <= max_k)
+def case_table(max_k: int, types: Sequence[str]) -> Iterator[tuple[str, WindowCase, np.dtype]]:
+    """``(name, geometry, element type)``: the shared geometries with at most ``max_k``
+    spatial axes in float32, then each other of ``types`` (type-constraint entries) on
+    :data:`EVERYTHING`, named ``type_<dtype>``."""
+    for case in WINDOW_CASES:
+        if len(case.spatial) <= max_k:
+            yield case.name, case, np.dtype(np.float32)
+    for dtype in element_dtypes(types):
+        if dtype != np.float32:
+            yield f"type_{dtype.name}", EVERYTHING, dtype
 
 
 def case_blocks(case: WindowCase) -> tuple[int, ...]:
@@ -211,8 +220,9 @@ def element_dtypes(types: Sequence[str]) -> tuple[np.dtype, ...]:
 
 
 def sample(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """Small random values of ``dtype``: normal floats, integers in [-9, 9] ([0, 9] unsigned,
-    so that sums of a few hundred never wrap), random booleans."""
+    """Small random values of ``dtype``: normal floats, random booleans, integers in [-9, 9]
+    ([0, 9] unsigned), so that Fold's sums over the few taps that overlap in a case stay
+    within int8 (the cases pin no wrap-around)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)

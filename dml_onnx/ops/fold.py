@@ -23,17 +23,15 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import (
-    EVERYTHING,
     WINDOW_ATTRIBUTES,
     Window,
     WindowCase,
     block_counts,
     case_blocks,
     case_shape,
+    case_table,
     compute_type,
-    element_dtypes,
     sample,
-    window_cases,
     write_output,
 )
 from dml_onnx.ops.unfold import WINDOW_SIZES
@@ -85,7 +83,7 @@ def _standard_form(node: StandardNode) -> None:
     x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
     if (node.elem_type in NATIVE_TYPES and window.k >= 2 and min(output) >= 1
             and (window.k == 2 or all(d == 1 for d in window.dilations))
-            and onnx.defs.has("Col2Im", node.opset) and node.uses_native("Col2Im")):
+            and node.uses_native("Col2Im")):
         y = node.op("Col2Im", x, node.constant(output), node.constant(window.sizes),
                     strides=list(window.strides), dilations=list(window.dilations),
                     pads=[*window.start, *window.end])
@@ -156,16 +154,14 @@ def _examples() -> tuple[Example, ...]:
 
 
 def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared geometries in float32 (``output_size`` the case's spatial sizes, ``X`` the
-    matching ``[N, C * W, L]``), then every element type on :data:`EVERYTHING`."""
+    """The shared case table (:func:`~dml_onnx.ops._window.case_table`): ``output_size`` the
+    case's spatial sizes, ``X`` the matching ``[N, C * W, L]``."""
     def example(name: str, case: WindowCase, dtype: np.dtype) -> Example:
         n, c, *_ = case_shape(case)
         shape = (n, c * math.prod(case.attributes["window"]), math.prod(case_blocks(case)))
         return Example(name, (sample(rng, shape, dtype),),
                        {**case.for_op("window_sizes"), "output_size": list(case.spatial)})
-    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(6)),
-            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
-              for dtype in element_dtypes(NUMERIC_TYPES)))
+    return tuple(example(*row) for row in case_table(6, NUMERIC_TYPES))
 
 
 DEFINITION = OpDefinition(

@@ -19,18 +19,17 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode, op_version
 from dml_onnx.ops._window import (
-    EVERYTHING,
+    DEFAULTS,
     WINDOW_ATTRIBUTES,
     Window,
     WindowCase,
     block_counts,
     case_shape,
+    case_table,
     compute_type,
-    element_dtypes,
     gather_windows,
     sample,
     spatial_input,
-    window_cases,
     write_output,
 )
 
@@ -106,17 +105,13 @@ def _examples() -> tuple[Example, ...]:
 
 
 def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared geometries (up to 3-D) in float32, p varied on the defaults, then every
-    element type on :data:`EVERYTHING`."""
-    def example(name: str, case: WindowCase, dtype: np.dtype, p: int | None = None
-                ) -> Example:
+    """The shared case table (:func:`~dml_onnx.ops._window.case_table`, up to 3-D), then p
+    varied on :data:`~dml_onnx.ops._window.DEFAULTS`."""
+    def example(name: str, case: WindowCase, dtype: np.dtype, **p: int) -> Example:
         return Example(name, (sample(rng, case_shape(case), dtype),),
-                       {**case.for_op("window_size"), **({} if p is None else {"p": p})})
-    defaults = window_cases(3)[0]
-    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(3)),
-            *(example(f"p{p}", defaults, np.dtype(np.float32), p) for p in (1, 3, 4, 7)),
-            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
-              for dtype in element_dtypes(FLOAT_TYPES)))
+                       {**case.for_op("window_size"), **p})
+    return (*(example(*row) for row in case_table(3, FLOAT_TYPES)),
+            *(example(f"p{p}", DEFAULTS, np.dtype(np.float32), p=p) for p in (1, 3, 4, 7)))
 
 
 DEFINITION = OpDefinition(

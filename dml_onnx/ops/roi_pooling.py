@@ -67,9 +67,10 @@ def _decomposition(node: StandardNode, rows: str) -> None:
 
     Per ROI: the batch index and the four rounded corners (int64), then per axis the bins'
     pixel membership (:func:`_bin_members`). The maximum is separable: over the columns of
-    each column bin (``[R, C, H, PW]``), then over the rows of each row bin. Masked-out
-    values read -inf, so a -inf inside a bin stays -inf while an empty bin becomes 0; NaN is
-    counted separately (``ReduceMax`` may drop it) and sets its bins to NaN.
+    each column bin of the gathered image ``[R, C, H, W]`` (giving ``[R, C, H, PW]``), then
+    over the rows of each row bin (:func:`_bin_maxima`). Masked-out values read -inf, so a
+    -inf inside a bin stays -inf while an empty bin becomes 0; NaN is counted separately
+    (onnxruntime's ``ReduceMax`` drops it) and sets its bins to NaN.
 
     Invalid rows (batch id NaN or outside ``[0, N)``, a scaled corner not finite) gather
     batch ``N``, which ``Gather`` rejects. So do rows whose scaled corner exceeds
@@ -98,11 +99,10 @@ def _decomposition(node: StandardNode, rows: str) -> None:
     row_members, row_empty = _bin_members(node, y1, y2, ph_count, height)   # [R, PH, H]
     col_members, col_empty = _bin_members(node, x1, x2, pw_count, width)    # [R, PW, W]
 
-    lowest = node.constant(-np.inf, ctype)
-    y = node.op("Where", node.unsqueeze(col_members, [1, 2]), node.unsqueeze(image, [3]), lowest)
-    y = node.reduce("ReduceMax", y, [4], keepdims=0)                         # [R, C, H, PW]
-    y = node.op("Where", node.unsqueeze(row_members, [1, 4]), node.unsqueeze(y, [2]), lowest)
-    y = node.reduce("ReduceMax", y, [3], keepdims=0)                         # [R, C, PH, PW]
+    y = _bin_maxima(node, image, node.unsqueeze(col_members, [2, 3]), pw_count, 3,
+                    ctype)                                                   # [R, C, H, PW]
+    y = _bin_maxima(node, y, node.unsqueeze(row_members, [2, 4]), ph_count, 2,
+                    ctype)                                                   # [R, C, PH, PW]
 
     # NaN per bin: row membership @ isnan @ column membership^T, a count of 0/1 products.
     # The memberships are expanded over C: onnxruntime's MatMul cannot broadcast 1 against 0.
@@ -119,6 +119,20 @@ def _decomposition(node: StandardNode, rows: str) -> None:
                 node.constant(np.nan, ctype), y)
     empty = node.op("Or", node.unsqueeze(row_empty, [1, 3]), node.unsqueeze(col_empty, [1, 2]))
     _write_output(node, ctype, "Where", empty, node.constant(0, ctype), y)
+
+
+def _bin_maxima(node: StandardNode, x: str, members: str, pooled: int, axis: int,
+                ctype: int) -> str:
+    """The maximum over ``axis`` of ``x`` within each bin, the bins concatenated along
+    ``axis``. ``members[:, p]`` is bin ``p``'s mask, broadcastable to ``x`` once indexed.
+
+    One ``Where`` and ``ReduceMax`` per bin (the bin count is an attribute), so that no
+    temporary is larger than ``x``.
+    """
+    lowest = node.constant(-np.inf, ctype)
+    maxima = [node.reduce("ReduceMax", node.op("Where", node.op(
+        "Gather", members, node.constant(p), axis=1), x, lowest), [axis]) for p in range(pooled)]
+    return node.op("Concat", *maxima, axis=axis)
 
 
 def _round_half_away(node: StandardNode, v: str, ctype: int) -> str:
@@ -220,13 +234,16 @@ def _examples() -> tuple[Example, ...]:
                                               [1.0, 1, 1, 7, 3], [1.999, 3, 0, 4, 7]],
                                              np.float32), {}),
         ("rank4_zero_rois", image, np.zeros((1, 1, 0, 5), np.float32), {}),
-        ("nan_and_infinities", special, whole, {"pooled_size": [4, 4]}),
         ("negative_values", -np.abs(image) - 1, flat, {"pooled_size": [3, 3]}),
     ]
     typed = [(f"{np.dtype(t).name}_{name}", x.astype(t), r.astype(t), attributes)
              for t in (np.float16, np.float64)
              for name, x, r, attributes in float32_cases
-             if name in ("half_coordinates", "nan_and_infinities", "outside", "scale_third")]
+             if name in ("half_coordinates", "outside", "scale_third")]
+    # NaN and infinities in double only: its standard form is the decomposition, while
+    # onnxruntime's MaxRoiPool (the float32 form) drops most NaNs and gives -3.4e38 for -inf.
+    typed.append(("float64_nan_and_infinities", special.astype(np.float64),
+                  whole.astype(np.float64), {"pooled_size": [4, 4]}))
     table = [Example(name, (x, r), {"pooled_size": [2, 2], **attributes})
              for name, x, r, attributes in float32_cases + typed]
     return (

@@ -21,17 +21,14 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import (
-    EVERYTHING,
     WINDOW_ATTRIBUTES,
     Window,
-    WindowCase,
     block_counts,
     case_shape,
-    element_dtypes,
+    case_table,
     gather_windows,
     sample,
     spatial_input,
-    window_cases,
 )
 
 WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
@@ -117,13 +114,10 @@ def _examples() -> tuple[Example, ...]:
 
 
 def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared geometries in float32, then every element type on :data:`EVERYTHING`."""
-    def example(name: str, case: WindowCase, dtype: np.dtype) -> Example:
-        return Example(name, (sample(rng, case_shape(case), dtype),),
-                       case.for_op("window_sizes"))
-    return (*(example(case.name, case, np.dtype(np.float32)) for case in window_cases(6)),
-            *(example(f"type_{dtype.name}", EVERYTHING, dtype)
-              for dtype in element_dtypes(ANY_TYPES)))
+    """The shared case table (:func:`~dml_onnx.ops._window.case_table`)."""
+    return tuple(Example(name, (sample(rng, case_shape(case), dtype),),
+                         case.for_op("window_sizes"))
+                 for name, case, dtype in case_table(6, ANY_TYPES))
 
 
 DEFINITION = OpDefinition(
