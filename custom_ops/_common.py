@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -198,6 +200,62 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
         for c0 in range(0, c, 8):
             out[image, :, c0:c0 + 8] = planes[image, c0:c0 + 8].T
     return out.reshape(n, h, w, c)
+
+
+THREADS = os.cpu_count() or 1
+"""Threads a kernel splits independent chunks over (numpy releases the GIL in its loops)."""
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run independent tasks, split in :data:`THREADS` interleaved groups: one group on the
+    calling thread, the others on shared worker threads. Raises the error of the first failing
+    task in ``tasks`` order, as a serial loop would (each group stops at its first failure)."""
+    global _executor
+    groups = min(THREADS, len(tasks))
+    if groups <= 1:
+        for task in tasks:
+            task()
+        return
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="custom_ops")
+    futures = [_executor.submit(_run_group, tasks, k, groups) for k in range(1, groups)]
+    failures = [_run_group(tasks, 0, groups), *(future.result() for future in futures)]
+    first = min((f for f in failures if f is not None), key=lambda f: f[0], default=None)
+    if first is not None:
+        raise first[1]
+
+
+def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int
+               ) -> tuple[int, BaseException] | None:
+    """Tasks ``start::step`` in order; the index and error of the first that fails."""
+    for index in range(start, len(tasks), step):
+        try:
+            tasks[index]()
+        except Exception as error:  # noqa: BLE001 - handed to run_parallel, which raises it
+            return index, error
+    return None
+
+
+SERIAL_PRODUCT = 65536 * 4
+"""OpenBLAS (numpy's BLAS) runs a matrix product of up to this many multiply-adds on the
+calling thread and splits larger ones over its own threads, which wait for each other: on a
+2-core machine with one core busy elsewhere that made a region's products 40x slower."""
+
+
+def serial_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` of 2-D arrays, computed in column blocks of ``b`` that stay below
+    :data:`SERIAL_PRODUCT` (each element is the same dot product)."""
+    (m, k), n = a.shape, b.shape[1]
+    block = max(1, SERIAL_PRODUCT // max(1, m * k))
+    if n <= block:
+        return a @ b
+    out = np.empty((m, n), np.result_type(a, b))
+    for lo in range(0, n, block):
+        np.matmul(a, b[:, lo:lo + block], out=out[:, lo:lo + block])
+    return out
 
 
 def check_rank(op: str, node: str, name: str, array: np.ndarray, ranks: Sequence[int]) -> None:

@@ -22,13 +22,17 @@ The kernel never loops over elements, only over window taps, adding one strided 
   added into the phase in one pass: one shifted 1-D run per row when the phase's lines are
   ``B_k`` long (a grid line may overhang the output; the excess is cropped).
 
-Inputs of up to :data:`~custom_ops.unfold.SMALL` elements are instead one ``np.add.at`` by the
-positions Unfold reads (cached per shape and attributes), into an output with one extra
-element that collects the values falling into the padding.
+The planes ``N * C`` go through in chunks of about :data:`CHUNK_BYTES` of output, so that a
+chunk's output and scratch stay in cache while ``X`` streams through once; chunks run on
+:data:`~custom_ops._common.THREADS` threads. Inputs of up to :data:`~custom_ops.unfold.SMALL`
+elements are instead one ``np.add.at`` by the positions Unfold reads (cached per shape and
+attributes), into an output with one extra element that collects the values falling into the
+padding.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -37,7 +41,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._common import KernelError, WindowGeometry, as_key, check_ints, check_rank
+from custom_ops._common import (
+    KernelError,
+    WindowGeometry,
+    as_key,
+    check_ints,
+    check_rank,
+    run_parallel,
+)
 from custom_ops.unfold import (
     SMALL,
     block_positions,
@@ -47,6 +58,8 @@ from custom_ops.unfold import (
 )
 
 OP = "Fold"
+CHUNK_BYTES = 1 << 20
+"""Output bytes (in the accumulation type) of the planes folded together."""
 
 #: A tap over axes 1..k-1: (its row-major index in window[:-1], positions, block ranges).
 Head = tuple[int, tuple[slice, ...], tuple[slice, ...]]
@@ -168,20 +181,30 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
                           f"is not the block count {blocks} of output_size {list(output)}")
     c = rows // taps
     accumulate = np.dtype(np.float32) if X.dtype == np.float16 else X.dtype
-    if 0 < X.size <= SMALL:
+    if X.size <= SMALL:
         Y = np.zeros(n * c * math.prod(output) + 1, dtype=accumulate)  # + the padding's sink
-        np.add.at(Y, _positions((n, c, *output), geometry), X.reshape(-1))
-        Y = Y[:-1]
-    else:
-        Y = np.zeros((n * c, *output), dtype=accumulate)
-    if X.size > SMALL:  # the plan has an entry per tap: build it only for X's taps
-        plan = _plan(node, *attributes)
-        if plan.phases:
-            _fold_into(Y, X.reshape(n * c, taps, length), plan)
-    if accumulate == X.dtype:
-        return Y.reshape(n, c, *output)
-    with np.errstate(over="ignore"):  # float16: sums beyond its range round to +-inf
-        return Y.reshape(n, c, *output).astype(X.dtype)
+        if X.size:
+            np.add.at(Y, _positions((n, c, *output), geometry), X.reshape(-1))
+        with np.errstate(over="ignore"):  # float16: sums beyond its range round to +-inf
+            return Y[:-1].reshape(n, c, *output).astype(X.dtype, copy=False)
+    plan = _plan(node, *attributes)  # an entry per tap: built only for X's taps (X not empty)
+    Y = np.empty((n * c, *output), dtype=X.dtype)
+    planes = X.reshape(n * c, taps, length)
+    chunk = max(1, CHUNK_BYTES // max(1, math.prod(output) * accumulate.itemsize))
+    run_parallel([functools.partial(_fold_chunk, Y[lo:lo + chunk], planes[lo:lo + chunk], plan,
+                                    accumulate) for lo in range(0, n * c, chunk)])
+    return Y.reshape(n, c, *output)
+
+
+def _fold_chunk(Y: np.ndarray, X: np.ndarray, plan: _Plan, accumulate: np.dtype) -> None:
+    """``Y [M, *output] = Fold(X [M, prod(window), L])`` for one chunk of planes."""
+    target = Y if accumulate == Y.dtype else np.empty(Y.shape, accumulate)
+    target.fill(0)
+    if plan.phases:
+        _fold_into(target, X, plan)
+    if target is not Y:
+        with np.errstate(over="ignore"):  # float16: sums beyond its range round to +-inf
+            np.copyto(Y, target, casting="same_kind")
 
 
 @lru_cache(maxsize=256)

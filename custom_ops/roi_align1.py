@@ -28,6 +28,7 @@ The helpers here are shared with ``roi_align_grad``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -46,6 +47,8 @@ from custom_ops._common import (
     check_memory,
     check_rank,
     compute_dtype,
+    run_parallel,
+    serial_matmul,
 )
 
 OP = "RoiAlign1"
@@ -480,7 +483,7 @@ def contract(Xw: np.ndarray, My: np.ndarray, Mx: np.ndarray, out: np.ndarray, *,
     """``out[ky, kx, c] = sum_ij My[ky, i] Xw[i, j, c] Mx[kx, j]``, or ``out[ky, c, kx]``
     with ``channels_middle`` (a ``[OH, C, OW]`` view of Y is written directly)."""
     h, w, c = Xw.shape
-    rows = (My @ Xw.reshape(h, w * c)).reshape(My.shape[0], w, c)
+    rows = serial_matmul(My, Xw.reshape(h, w * c)).reshape(My.shape[0], w, c)
     if channels_middle:
         np.matmul(rows.transpose(0, 2, 1), Mx.T, out=out)
     else:
@@ -491,7 +494,7 @@ def back_project(g: np.ndarray, My: np.ndarray, Mx: np.ndarray) -> np.ndarray:
     """The adjoint of :func:`contract`: ``[h, w, C]`` from ``g [Ky, Kx, C]``."""
     cols = np.matmul(Mx.T, g)  # [Ky, w, C]
     ky, w, c = cols.shape
-    return (My.T @ cols.reshape(ky, w * c)).reshape(My.shape[1], w, c)
+    return serial_matmul(My.T, cols.reshape(ky, w * c)).reshape(My.shape[1], w, c)
 
 
 def region_gradient(Xw: np.ndarray, g: np.ndarray, My: np.ndarray, Mx: np.ndarray,
@@ -501,7 +504,7 @@ def region_gradient(Xw: np.ndarray, g: np.ndarray, My: np.ndarray, Mx: np.ndarra
     derivative matrices of the rows (``dy*``) and columns (``dx*``)."""
     h, w, c = Xw.shape
     ky = My.shape[0]
-    rows = np.vstack([My, dy1, dy2]) @ Xw.reshape(h, w * c)  # [3 Ky, w C]
+    rows = serial_matmul(np.vstack([My, dy1, dy2]), Xw.reshape(h, w * c))  # [3 Ky, w C]
     plain = np.matmul(Mx.T, g).reshape(ky, w * c)
     return np.array([np.vdot(rows[:ky], np.matmul(dx1.T, g).reshape(ky, w * c)),
                      np.vdot(rows[ky:2 * ky], plain),
@@ -696,28 +699,34 @@ def _forward_blocks(plan: Plan, Xt: np.ndarray, finite: np.ndarray, batch: np.nd
                     Y: np.ndarray, Yv: np.ndarray, out_of_bounds: float) -> None:
     sampling, dtype = plan.sampling, plan.dtype
     average = sampling.reduction == "average"
-    oh, ow = plan.output_size
-    channels = Xt.shape[3]
     for block in plan.blocks(bins=average, rows=not average, derivatives=False):
         grid = plan.grid(block, bins=average, rows=not average, derivatives=False)
-        by_bins = np.zeros(block.stop - block.start, bool)
-        for j, r in enumerate(range(block.start, block.stop)):
-            image = Xt[batch[r]]
-            if average and finite[batch[r]]:
-                by_bins[j] = True
-                My, Mx = grid.bins(j)
-                if My.shape[1] and Mx.shape[1]:
-                    contract(image[window_index(*grid.windows(j))], My, Mx, Yv[r],
-                             channels_middle=True)
-                continue
-            plan.check_row_limit(r)
-            ny, nx = int(plan.n_y[r]), int(plan.n_x[r])
-            for o0, o1, cs in chunks(oh, ny * nx * ow, channels):
-                values = sample_values(image, grid, j, o0, o1, cs, exact=not finite[batch[r]],
-                                       linear=sampling.linear, out_of_bounds=out_of_bounds)
-                Yv[r, o0:o1, cs] = reduce_bins(values, ny, nx, average).transpose(0, 2, 1)
+        by_bins = average & finite[batch[block]]
+        run_parallel([functools.partial(_forward_region, plan, grid, j, r, Xt, finite, batch,
+                                        Yv, bool(by_bins[j]), out_of_bounds)
+                      for j, r in enumerate(range(block.start, block.stop))])
         if by_bins.any() and out_of_bounds != 0:
             # The bins' matrices leave out-of-bounds samples out; they read out_of_bounds.
             share = grid.y.inside_share[:, :, None] * grid.x.inside_share[:, None, :]
             term = np.where(share == 1, 0, out_of_bounds * (1 - share)).astype(dtype)
             Y[block][by_bins] += term[by_bins][:, None]
+
+
+def _forward_region(plan: Plan, grid: Grid, j: int, r: int, Xt: np.ndarray, finite: np.ndarray,
+                    batch: np.ndarray, Yv: np.ndarray, by_bins: bool,
+                    out_of_bounds: float) -> None:
+    """Region ``r`` (``j`` in its block's grid) into ``Yv[r]`` only: regions run in parallel."""
+    image = Xt[batch[r]]
+    if by_bins:
+        My, Mx = grid.bins(j)
+        if My.shape[1] and Mx.shape[1]:
+            contract(image[window_index(*grid.windows(j))], My, Mx, Yv[r], channels_middle=True)
+        return
+    plan.check_row_limit(r)
+    ny, nx = int(plan.n_y[r]), int(plan.n_x[r])
+    oh, ow = plan.output_size
+    for o0, o1, cs in chunks(oh, ny * nx * ow, Xt.shape[3]):
+        values = sample_values(image, grid, j, o0, o1, cs, exact=not finite[batch[r]],
+                               linear=plan.sampling.linear, out_of_bounds=out_of_bounds)
+        Yv[r, o0:o1, cs] = reduce_bins(values, ny, nx, plan.sampling.reduction == "average"
+                                       ).transpose(0, 2, 1)

@@ -14,7 +14,7 @@ each corner is ``round_half_away(coordinate * spatial_scale)`` with the product 
 ``p`` of ``P`` spans ``[p * size // P, ceil((p + 1) * size / P))`` from the region start, in
 exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN in a bin gives
 NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
-float16's own max: the kernel takes it in float16).
+float16's own max; numpy's float16 maximum is slow).
 
 Implementation: the bin maxima are separable, rows then columns. Up to :data:`SMALL_ROIS`
 regions get their geometry in Python integers and one gather of their bins' pixels (few numpy
@@ -103,14 +103,15 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
         regions = _python_regions(rois, n, h, w, ph_count, pw_count, ctype, spatial_scale, node)
         if min(c, h, w) and sum(_gathered(region) for region in regions) <= _SMALL_GATHER:
             return _pool_by_gather(X, regions, ph_count, pw_count)
-        geometry = tuple(np.array(part, np.int64).reshape(r, -1) for part in zip(*regions))
+        batch, *edges = zip(*regions)
+        geometry = (np.array(batch, np.int64), *(np.array(e, np.int64) for e in edges))
     else:
         batch = _batch_indices(rois[:, 0], n, node)
         x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
         geometry = (batch, *_bins(y1, y2, ph_count, h), *_bins(x1, x2, pw_count, w))
     if min(r, c, h, w) == 0:
         return np.zeros((r, c, ph_count, pw_count), X.dtype)
-    return _pool(X, *geometry)
+    return _pool(X, ctype, *geometry).astype(X.dtype, copy=False)
 
 
 # ------------------------------------------------------------------ few regions: Python integers
@@ -254,9 +255,9 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
             np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
-def _pool(X: np.ndarray, batch: np.ndarray, hs: np.ndarray, he: np.ndarray, ws: np.ndarray,
-          we: np.ndarray) -> np.ndarray:
-    """The bin maxima ``[R, C, PH, PW]`` in X's type; every size is at least 1 here.
+def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
+          ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``; every size is at least 1 here.
 
     Per region: gather the rows of each row-bin (the last row repeated to a common length) and
     take their maximum, then the same over columns. Channels-last keeps each gathered run long
@@ -279,8 +280,8 @@ def _pool(X: np.ndarray, batch: np.ndarray, hs: np.ndarray, he: np.ndarray, ws: 
     w_max = w_len.max(axis=1)
     window_values = int(((y1 - y0) * (x1 - x0)).sum()) * c
     by_channels_last = window_values >= X.size
-    source = channels_last(X, X.dtype) if by_channels_last else X
-    Y = np.empty((r, c, ph_count, pw_count), X.dtype)
+    source = channels_last(X, ctype) if by_channels_last else X.astype(ctype, copy=False)
+    Y = np.empty((r, c, ph_count, pw_count), ctype)
 
     per_roi = ph_count * int(h_max.max()) + pw_count * int(w_max.max())
     chunk = max(1, _INDEX_BUDGET // per_roi)

@@ -36,8 +36,8 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
     """The problems of a model (a path, serialized bytes or a ModelProto), in graph order.
 
     Each problem of a node reads ``"<Op> '<node>': <field> <value> <rule>"``; problems of the
-    model as a whole start with ``"model: "``. An empty list means every ``dml_onnx`` node
-    will load, and run on inputs of the declared shapes unless their values are invalid.
+    model as a whole start with ``"model: "``. An empty list: nothing wrong that shows
+    without input values (ROI coordinates, batch indices, sizes the model leaves open).
     """
     try:
         model = load_model(model)

@@ -75,9 +75,9 @@ _PYOP_TYPES = {
 }
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
 _CAST_TO_FLOAT = {TensorProto.FLOAT16}
-FLOAT16_KERNELS = frozenset({"Unfold", "RoiPooling"})
-"""Operators whose kernels are as fast on float16 as on float32: they only copy values or take
-maxima, which need no float32 (the others compute float16 in float32)."""
+FLOAT16_KERNELS = frozenset({"Unfold"})
+"""Operators whose kernels are as fast on float16 as on float32: they only copy values (the
+others compute float16 in float32; numpy's float16 arithmetic is slow)."""
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
 
 

@@ -7,8 +7,8 @@ operator with a few things changed) and the layers a user would meet the problem
 - ``CHECKER``: ``onnx.checker.check_model(full_check=True)`` with the domain's schemas;
 - ``CHECK``: ``dml_onnx.check_model`` / ``dml-onnx check``;
 - ``LOAD``: ``dml_onnx.InferenceSession(model)`` over the model with static shapes;
-- ``RUN``: ``InferenceSession.run`` (inputs declared with symbolic shapes, so the model loads)
-  and the plain onnxruntime session of the README.
+- ``RUN``: ``InferenceSession.run`` (inputs declared without shapes, so the model loads) and
+  the plain onnxruntime session of the README.
 
 Every layer must raise (or, for ``CHECK``, report) a message naming the op type, the node (the
 case name), the field and the offending value. ``error`` is the exception type of ``BUILD``
@@ -29,6 +29,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper
 
 import dml_onnx
 from dml_onnx import KernelError
+from dml_onnx.conformance import snake
 
 BUILD, CHECKER, CHECK, LOAD, RUN = "build", "checker", "check", "load", "run"
 LAYERS = (BUILD, CHECKER, CHECK, LOAD, RUN)
@@ -54,8 +55,9 @@ Input = np.ndarray | Declared | None
 class BadInput:
     """One bad input (see the module docstring). ``inputs`` overrides the base inputs by name
     (``None`` omits one); ``node_inputs``/``node_outputs`` override the node's value names;
-    ``valid`` holds inputs that the same session must then run correctly (``None``: no input
-    is valid for these attributes); ``memory_limit`` is set while the case runs."""
+    ``valid`` holds inputs that the same session must then run correctly (``"base"``: the
+    operator's base inputs; ``None``: no input is valid for these attributes);
+    ``memory_limit`` is set while the case runs."""
 
     name: str
     op: str
@@ -105,7 +107,7 @@ class BadInput:
         inputs = list(self.node_inputs or [p.name if p.name in arrays else ""
                                            for p in definition.inputs])
         outputs = list(self.node_outputs or [
-            p.name if (self.outputs[k] if k < len(self.outputs) else False) else ""
+            p.name if k < len(self.outputs) and self.outputs[k] else ""
             for k, p in enumerate(definition.outputs)])
         while outputs and not outputs[-1]:
             outputs.pop()
@@ -122,7 +124,7 @@ class BadInput:
 
     def build(self) -> Any:
         """The node through the op's graph builder."""
-        builder = dml_onnx.BUILDERS[_snake(self.op)]
+        builder = dml_onnx.BUILDERS[snake(self.op)]
         inputs, outputs = self._names()
         names = inputs[:len(self.definition.inputs)] + outputs
         names += [""] * (len(self.definition.inputs) + len(self.definition.outputs) - len(names))
@@ -163,23 +165,19 @@ class BadInput:
 @contextlib.contextmanager
 def limited(case: BadInput) -> Iterator[None]:
     """The case's memory limit, while the block runs."""
-    previous = dml_onnx.set_memory_limit(case.memory_limit) if case.memory_limit else None
+    if case.memory_limit is None:
+        yield
+        return
+    previous = dml_onnx.set_memory_limit(case.memory_limit)
     try:
         yield
     finally:
-        if case.memory_limit:
-            dml_onnx.set_memory_limit(previous)
+        dml_onnx.set_memory_limit(previous)
 
 
 def _value(name: str, array: np.ndarray | Declared, shape: list | None) -> Any:
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(array.dtype))
     return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _snake(name: str) -> str:
-    return {"RoiPooling": "roi_pooling", "RoiAlign1": "roi_align1",
-            "RoiAlignGrad": "roi_align_grad", "LpPooling": "lp_pooling", "Unfold": "unfold",
-            "Fold": "fold"}[name]
 
 
 # ---------------------------------------------------------------------------- base inputs

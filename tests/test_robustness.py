@@ -119,6 +119,16 @@ def test_valid_models_have_no_problems(tmp_path, capsys):
     assert "0 problem(s)" in capsys.readouterr().out
 
 
+def test_dml_onnx_check_command_exit_status(tmp_path):
+    bad = next(c for c in CASES if c.name == "roi_align_reduction_sum")
+    onnx.save(bad.static_model(), tmp_path / "bad.onnx")
+    result = subprocess.run([sys.executable, "-m", "dml_onnx", "check", str(tmp_path / "bad.onnx")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert ("RoiAlign1 'roi_align_reduction_sum': reduction_function 'sum' is not one of "
+            "'average', 'max'") in result.stdout
+
+
 def test_check_follows_shapes_through_the_graph_and_reports_every_node(restore_limit):
     dml_onnx.set_memory_limit(1 << 30)
     helper = onnx.helper
@@ -145,6 +155,25 @@ def test_check_follows_shapes_through_the_graph_and_reports_every_node(restore_l
     assert problems[0].startswith("Unfold 'im2col': output Y [3, 10000, 811801] of float32 "
                                   "needs 97416120000 bytes, above the memory limit of "
                                   "1073741824 bytes")
+
+
+def test_check_reports_the_opset_and_nodes_in_subgraphs():
+    helper = onnx.helper
+    case = next(c for c in CASES if c.name == "roi_pooling_pooled_size_0")
+    model = case.static_model()
+    del model.opset_import[:]
+    model.opset_import.extend([helper.make_opsetid("", 18), helper.make_opsetid("dml_onnx", 2)])
+    assert dml_onnx.check_model(model)[0] == "model: opset import dml_onnx version 2 is not 1"
+    branch = helper.make_graph([dml_onnx.unfold("X", "Y", window_sizes=[1], name="inner")],
+                               "branch", [], [helper.make_tensor_value_info("Y", 1, None)])
+    model = dml_onnx.make_model(
+        [helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=branch,
+                          name="if")],
+        [helper.make_tensor_value_info(n, t, [1, 1, 2]) for n, t in (("X", 1), ("c", 9))],
+        [helper.make_tensor_value_info("Y", 1, None)])
+    assert dml_onnx.check_model(model) == [
+        "Unfold 'inner': dml_onnx nodes inside a subgraph (graph node 'if') are not supported "
+        "by dml_onnx"]
 
 
 def test_check_reports_an_unreadable_model(tmp_path):

@@ -9,8 +9,9 @@ read as rows ``[N * H * W, C]`` (pixel ``(b, y, x)`` at row ``(b * H + y) * W + 
 
 Everything is computed in the compute type (float32 for float16 and float, float64 for
 double), coordinates operation for operation as ``custom_ops.roi_align1`` computes them, so
-that floor, clamping and the out-of-bounds test decide exactly as the kernel does. Samples
-out of bounds or not valid are given coordinate 0 before reading, so every read is in range.
+that floor, clamping and the out-of-bounds test decide exactly as the kernel does. Every
+coordinate is clamped into the image and an out-of-bounds one replaced by 0 before reading, so
+every read (samples that are not valid included) is in range.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def dims(node: StandardNode, tensor: str) -> list[str]:
     return [node.op("Gather", shape, node.constant(k)) for k in range(4)]
 
 
+def regions(node: StandardNode, rois: str, batch_indices: str) -> tuple[str, str]:
+    """``rois`` as compute-type ``[R, 4]`` and ``batch_indices`` as int64 ``[R]``."""
+    boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+    batch = node.op("Reshape", batch_indices, node.constant([-1]))
+    if node.input_types[-1] != TensorProto.INT64:
+        batch = node.cast(batch, TensorProto.INT64)
+    return boxes, batch
+
+
 def image_rows(node: StandardNode, image: str, sizes: list[str]) -> str:
     """``image [N, C, H, W]`` (type ``T``, ``sizes`` its four sizes) as compute-type rows
     ``[N * H * W, C]``."""
@@ -110,11 +120,8 @@ class RoiGrid:
         self.node, self.ct = node, compute_type(node)
         a = node.attributes
         self.linear = a["interpolation_mode"] == "linear"
-        boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+        boxes, batch = regions(node, rois, batch_indices)
         x1, y1, x2, y2 = (node.op("Gather", boxes, node.constant(k), axis=1) for k in range(4))
-        batch = node.op("Reshape", batch_indices, node.constant([-1]))
-        if node.input_types[-1] != TensorProto.INT64:
-            batch = node.cast(batch, TensorProto.INT64)
         self.height, self.width = image_size
         self.y = self._axis(y1, y2, a["spatial_scale_y"], output_size[0], self.height, Y_PLACE)
         self.x = self._axis(x1, x2, a["spatial_scale_x"], output_size[1], self.width, X_PLACE)
@@ -154,7 +161,7 @@ class RoiGrid:
             one = node.constant(1)
             t = node.op("Where", node.op("Equal", total, one), self._scalar(0.5),
                         node.op("Div", shifted, node.cast(
-                            node.op("Max", node.op("Sub", total, one), one), ct)))
+                            node.maximum(node.op("Sub", total, one), one), ct)))
         else:
             t = node.op("Div", shifted, node.cast(total, ct))
         coord = node.op("Sub", node.op("Add", node.unsqueeze(scaled_first, [1, 2]),
@@ -171,7 +178,7 @@ class RoiGrid:
             floor = node.op("Floor", safe)
             frac = node.op("Sub", safe, floor)
             lo = node.cast(floor, TensorProto.INT64)
-            hi = node.op("Min", node.op("Add", lo, node.constant(1)), last_pixel)
+            hi = node.minimum(node.op("Add", lo, node.constant(1)), last_pixel)
         else:
             nearest = node.op("Floor", node.op("Add", safe, self._scalar(0.5)))
             lo = node.cast(node.op("Min", nearest, last_f), TensorProto.INT64)
@@ -265,4 +272,4 @@ class RoiGrid:
 
 
 __all__ = ["COMPUTE_TYPES", "Axis", "RoiGrid", "compute_type", "dims", "finish",
-           "image_rows", "rows_to_image", "to_compute"]
+           "image_rows", "regions", "rows_to_image", "to_compute"]

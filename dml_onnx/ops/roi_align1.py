@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, TensorProto
+from onnx import NodeProto
 
 from custom_ops import roi_align1 as kernel
 from custom_ops._common import UINT32_MAX
@@ -21,7 +21,7 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
-from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, to_compute
+from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, regions, to_compute
 
 SAMPLING_ATTRIBUTES = (
     Attribute("reduction_function", "string", "How the samples of one output combine: "
@@ -73,14 +73,19 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
 
 def native_sampling_ratio(attributes: dict[str, Any]) -> int | None:
     """The ``sampling_ratio`` of a ``RoiAlign`` (opset 16, ``half_pixel``, ``avg``) that
-    computes exactly what a RoiAlign1 node with these attributes computes, for every input;
-    ``None`` where there is none.
+    computes what a RoiAlign1 node with these attributes computes; ``None`` where there is
+    none.
 
     That needs linear interpolation, average, one spatial scale, the offsets 0.5 and -0.5, no
     corner alignment, out-of-bounds value 0 and a fixed sample count (minimum == maximum).
-    Adaptive counts (``sampling_ratio`` 0) differ for empty or inverted regions, which
-    RoiAlign gives 0 where this operator samples them; ``output_half_pixel`` clamps the
-    region size to at least 1.
+    Not the adaptive count (``sampling_ratio`` 0 gives 0 for empty and inverted regions,
+    which this operator samples) nor ``output_half_pixel`` (it clamps the region size to at
+    least 1): those take the decomposition. Inverted regions and samples out of the image
+    agree. Two differences remain, for which no attribute test exists: RoiAlign rounds the
+    sample positions in another operation order (``x1 + pw * bin + (ix + 0.5) * bin / k``),
+    so a sample within rounding of the out-of-bounds edges -1 and H (W) may fall on the other
+    side; and it weighs an out-of-bounds sample's pixel (0, 0) by 0, so a NaN or infinity
+    there makes the output NaN.
     """
     a = attributes
     exact = (a["interpolation_mode"] == "linear" and a["reduction_function"] == "average"
@@ -101,10 +106,7 @@ def _standard_form(node: StandardNode) -> None:
     X, rois, batch_indices = node.inputs
     ratio = native_sampling_ratio(a)
     if ratio is not None and node.uses_native("RoiAlign"):
-        index = node.op("Reshape", batch_indices, node.constant([-1]))
-        if node.input_types[2] != TensorProto.INT64:
-            index = node.cast(index, TensorProto.INT64)
-        boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+        boxes, index = regions(node, rois, batch_indices)
         finish(node, node.outputs[0], "RoiAlign", to_compute(node, X), boxes, index,
                mode="avg", coordinate_transformation_mode="half_pixel",
                output_height=a["output_size"][0], output_width=a["output_size"][1],

@@ -1,0 +1,136 @@
+"""The kernels' alternative paths agree: gathers for small inputs and strided or chunked work
+for large ones, chunk sizes and thread counts, Python geometry for a few regions and vectorised
+geometry for many. Each path is forced by setting the size that selects it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import custom_ops._common as common
+import custom_ops.fold as fold_module
+import custom_ops.lp_pooling as lp_module
+import custom_ops.roi_pooling as roi_module
+import custom_ops.unfold as unfold_module
+from custom_ops import KernelError
+
+CASES = [  # window, strides, dilations, start, end, spatial
+    ((3, 3), (), (), (1, 1), (1, 1), (7, 6)),
+    ((2, 3), (2, 1), (1, 2), (0, 2), (1, 0), (6, 9)),
+    ((3,), (2,), (2,), (3,), (0,), (11,)),
+    ((2, 2, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), (4, 5, 3)),
+]
+DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_]
+
+
+def _random(rng, shape, dtype):
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(0, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _attributes(case):
+    window, strides, dilations, start, end, _ = case
+    return {"window_sizes": window, "strides": strides, "dilations": dilations,
+            "start_padding": start, "end_padding": end}
+
+
+@pytest.fixture
+def force(monkeypatch):
+    """``force(module, name, value)``: set a path-selecting size, with fresh plan caches."""
+    def set_value(module, name, value):
+        monkeypatch.setattr(module, name, value)
+        for cached in (unfold_module._plan, fold_module._positions, lp_module._plan):
+            cached.cache_clear()
+    yield set_value
+    for cached in (unfold_module._plan, fold_module._positions, lp_module._plan):
+        cached.cache_clear()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unfold_gather_and_strided_paths_agree(case, dtype, force):
+    x = _random(np.random.default_rng(0), (2, 3, *case[-1]), dtype)
+    gathered = unfold_module.unfold(x, **_attributes(case))
+    force(unfold_module, "SMALL", 0)
+    strided = unfold_module.unfold(x, **_attributes(case))
+    assert gathered.dtype == strided.dtype == x.dtype
+    np.testing.assert_array_equal(gathered, strided)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8])
+def test_fold_scatter_and_chunked_paths_agree(case, dtype, force):
+    shape = unfold_module.unfold(np.zeros((2, 3, *case[-1]), dtype), **_attributes(case)).shape
+    x = _random(np.random.default_rng(1), shape, dtype)
+    attributes = {**_attributes(case), "output_size": case[-1]}
+    scattered = fold_module.fold(x, **attributes)
+    force(fold_module, "SMALL", 0)
+    results = []
+    for chunk, threads in ((1 << 30, 1), (1, 1), (1, 2), (40, 3)):
+        force(fold_module, "CHUNK_BYTES", chunk)
+        force(common, "THREADS", threads)
+        results.append(fold_module.fold(x, **attributes))
+    for chunked in results:
+        assert chunked.dtype == x.dtype
+        np.testing.assert_array_equal(chunked, results[0])  # chunks never split a plane
+    if np.dtype(dtype).kind == "f":  # the two paths add in different orders
+        np.testing.assert_allclose(scattered.astype(np.float64), results[0].astype(np.float64),
+                                   rtol=1e-3 if dtype == np.float16 else 1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(scattered, results[0])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if len(c[0]) <= 3])
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_lp_pooling_chunks_do_not_change_a_bit(case, p, dtype, force):
+    window, strides, dilations, start, end, spatial = case
+    x = _random(np.random.default_rng(2), (3, 5, *spatial), dtype)
+    attributes = {"window_size": window, "strides": strides, "dilations": dilations,
+                  "start_padding": start, "end_padding": end, "p": p}
+    whole = lp_module.lp_pooling(x, **attributes)
+    force(lp_module, "CHUNK_BYTES", 1)  # one plane per chunk
+    np.testing.assert_array_equal(lp_module.lp_pooling(x, **attributes), whole)
+
+
+def _rois(rng, count, n, size):
+    corners = rng.uniform(-3, size + 3, (count, 4))
+    return np.concatenate([rng.integers(0, n, (count, 1)), corners], axis=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("pooled", [(1, 1), (2, 3), (4, 4)])
+@pytest.mark.parametrize("scale", [1.0, 0.5, 1 / 3])
+def test_roi_pooling_python_and_vectorised_geometry_agree(dtype, pooled, scale, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 7)).astype(dtype)
+    x[0, 1, 2, 3] = np.nan
+    for count in range(1, roi_module.SMALL_ROIS + 1):
+        rois = _rois(rng, count, 2, 9).astype(dtype)
+        few = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
+        monkeypatch.setattr(roi_module, "_SMALL_GATHER", 0)  # Python geometry, vectorised pool
+        pooled_apart = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
+        monkeypatch.setattr(roi_module, "SMALL_ROIS", 0)  # vectorised geometry
+        many = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(few, many)
+        np.testing.assert_array_equal(pooled_apart, many)
+
+
+@pytest.mark.parametrize("row, field", [
+    ([np.nan, 0, 0, 1, 1], "rois[1] batch index"), ([2, 0, 0, 1, 1], "rois[1] batch index"),
+    ([-0.5, 0, np.inf, 1, 1], "rois[1] y1"), ([0, 0, 0, 3e38, 1], "rois[1] x2"),
+])
+def test_roi_pooling_python_and_vectorised_geometry_raise_alike(row, field, monkeypatch):
+    x = np.zeros((2, 1, 4, 4), np.float32)
+    rois = np.array([[0, 0, 0, 1, 1], row], np.float32)
+    errors = []
+    for small in (roi_module.SMALL_ROIS, 0):
+        monkeypatch.setattr(roi_module, "SMALL_ROIS", small)
+        with pytest.raises(KernelError) as info:
+            roi_module.roi_pooling(x, rois, pooled_size=(2, 2), spatial_scale=4.0)
+        errors.append(str(info.value))
+    assert field in errors[0] and errors[0] == errors[1]

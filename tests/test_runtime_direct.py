@@ -1,0 +1,145 @@
+"""InferenceSession's direct inputs and outputs: graph inputs reach the kernels as the caller's
+arrays and graph outputs leave as the kernels' arrays, whatever else the graph does with them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime_extensions import get_library_path
+
+import dml_onnx
+from custom_ops.lp_pooling import lp_pooling
+from custom_ops.roi_align1 import roi_align1
+from custom_ops.unfold import unfold
+from dml_onnx.runtime import RUNTIME_DOMAIN
+
+WINDOW = {"window_sizes": [2, 2], "start_padding": [1, 0], "end_padding": [0, 1]}
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    return dml_onnx.make_model(nodes, inputs, outputs, initializers=initializers)
+
+
+def _value(name, elem, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _plain_session(model) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def _unfold_attributes():
+    return {k: tuple(v) for k, v in WINDOW.items()}
+
+
+def test_an_input_read_by_other_nodes_and_an_output_read_by_other_nodes():
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    model = _model(
+        [dml_onnx.unfold("X", "U", **WINDOW), helper.make_node("Neg", ["X"], ["minus_X"]),
+         helper.make_node("Relu", ["U"], ["relu_U"])],
+        [_value("X", TensorProto.FLOAT, list(x.shape))],
+        [_value("U", TensorProto.FLOAT), _value("minus_X", TensorProto.FLOAT),
+         _value("relu_U", TensorProto.FLOAT)])
+    want = unfold(x, **_unfold_attributes())
+    session = dml_onnx.InferenceSession(model)
+    got_u, got_minus, got_relu = session.run(None, {"X": x})
+    np.testing.assert_array_equal(got_u, want)
+    np.testing.assert_array_equal(got_minus, -x)
+    np.testing.assert_array_equal(got_relu, np.maximum(want, 0))
+    for got, plain in zip(session.run(None, {"X": x}), _plain_session(model).run(None, {"X": x})):
+        np.testing.assert_array_equal(got, plain)
+
+
+def test_an_output_listed_by_name_in_any_order_and_subset():
+    x = np.random.default_rng(1).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    model = _model(
+        [dml_onnx.unfold("X", "U", **WINDOW),
+         dml_onnx.lp_pooling("X", "P", window_size=[3, 3], p=3)],
+        [_value("X", TensorProto.FLOAT, list(x.shape))],
+        [_value("U", TensorProto.FLOAT), _value("P", TensorProto.FLOAT)])
+    session = dml_onnx.InferenceSession(model)
+    want_u = unfold(x, **_unfold_attributes())
+    want_p = lp_pooling(x, window_size=(3, 3), strides=(), start_padding=(), end_padding=(),
+                        dilations=(), p=3)
+    got_p, got_u = session.run(["P", "U"], {"X": x})
+    np.testing.assert_array_equal(got_p, want_p)
+    np.testing.assert_array_equal(got_u, want_u)
+    (got_p,) = session.run(["P"], {"X": x})
+    np.testing.assert_array_equal(got_p, want_p)
+
+
+def test_the_caller_arrays_are_read_not_written_and_outputs_are_new():
+    x = np.random.default_rng(2).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    x.flags.writeable = False  # a kernel writing into its input would fail here
+    model = _model([dml_onnx.unfold("X", "U", window_sizes=[1, 1])],
+                   [_value("X", TensorProto.FLOAT, [1, 1, 4, 4])], [_value("U", TensorProto.FLOAT)])
+    (got,) = dml_onnx.InferenceSession(model).run(None, {"X": x})
+    np.testing.assert_array_equal(got, x.reshape(1, 1, 16))
+    assert not np.shares_memory(got, x)
+
+
+def test_inputs_that_are_not_graph_inputs_still_arrive():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float16)
+    rois = np.array([[0.5, 1, 4.5, 5], [1, 0, 3, 2]], np.float16)
+    batch = np.zeros(2, np.int64)
+    model = _model(
+        [helper.make_node("Identity", ["rois_in"], ["rois"]),
+         dml_onnx.roi_align1("X", "rois", "batch", "Y", output_size=[2, 3])],
+        [_value("X", TensorProto.FLOAT16, list(x.shape))],
+        [_value("Y", TensorProto.FLOAT16)],
+        [numpy_helper.from_array(rois, "rois_in"), numpy_helper.from_array(batch, "batch")])
+    (got,) = dml_onnx.InferenceSession(model).run(None, {"X": x})
+    want = roi_align1(x.astype(np.float32), rois.astype(np.float32), batch, output_size=(2, 3),
+                      reduction_function="average", interpolation_mode="linear",
+                      spatial_scale_x=1.0, spatial_scale_y=1.0, input_pixel_offset=0.5,
+                      output_pixel_offset=-0.5, out_of_bounds_input_value=0.0,
+                      minimum_samples_per_output=1, maximum_samples_per_output=4294967295,
+                      align_regions_to_corners=0)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 8, 8), (4, 16, 40, 40)])  # both sides of the casts
+def test_float16_through_the_session_is_float32_rounded_once(shape):
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float16)
+    model = _model([dml_onnx.lp_pooling("X", "Y", window_size=[3, 3], start_padding=[1, 1],
+                                        end_padding=[1, 1])],
+                   [_value("X", TensorProto.FLOAT16, list(shape))],
+                   [_value("Y", TensorProto.FLOAT16)])
+    (got,) = dml_onnx.InferenceSession(model).run(None, {"X": x})
+    want = lp_pooling(x.astype(np.float32), window_size=(3, 3), strides=(), dilations=(),
+                      start_padding=(1, 1), end_padding=(1, 1), p=2).astype(np.float16)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want)
+    (plain,) = _plain_session(model).run(None, {"X": x})
+    np.testing.assert_array_equal(got, plain)
+
+
+def test_feeds_that_are_not_arrays_of_the_graph_type():
+    model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
+                   [_value("X", TensorProto.INT32, [1, 1, 3])], [_value("U", TensorProto.INT32)])
+    session = dml_onnx.InferenceSession(model)
+    with pytest.raises(Exception, match="data type"):  # onnxruntime still checks the feed
+        session.run(None, {"X": np.zeros((1, 1, 3), np.float64)})
+    with pytest.raises(Exception, match="dimensions"):
+        session.run(None, {"X": np.zeros((1, 1, 4), np.int32)})
+    (got,) = session.run(None, {"X": np.arange(3, dtype=np.int32).reshape(1, 1, 3)})
+    np.testing.assert_array_equal(got, [[[0, 1], [1, 2]]])
+
+
+def test_the_session_model_passes_graph_values_outside_onnxruntime():
+    model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
+                   [_value("X", TensorProto.FLOAT, [1, 1, 3])],
+                   [_value("U", TensorProto.FLOAT, [1, 2, 2])])
+    direct = dml_onnx.to_runtime_model(model, direct=True)
+    (node,) = [n for n in direct.graph.node if n.domain == RUNTIME_DOMAIN]
+    assert "X" not in node.input and node.output[0] == "U"
+    assert node.op_type.endswith("_unguarded")
+    assert not direct.graph.output[0].type.tensor_type.HasField("shape")
+    assert [i.name for i in direct.graph.input] == ["X"]  # still checked by onnxruntime
