@@ -68,12 +68,14 @@ EXACT = Agreement()
 @dataclass
 class Peer:
     """A peer of a row: ``make()`` returns its call (returning its output) or ``None`` when
-    the library it needs is missing (``missing`` says which)."""
+    the library it needs is missing (``missing`` says which); ``comparable`` turns its output
+    into what ours is compared with (outside the timing)."""
 
     label: str
     make: Callable[[], Callable[[], np.ndarray] | None]
     agreement: Agreement
     missing: str = ""
+    comparable: Callable[[np.ndarray], np.ndarray] = np.asarray
 
 
 @dataclass
@@ -171,8 +173,8 @@ def _float32_peer(row: Row) -> Peer:
         wide_row = Row(row.name, row.op, wide, row.attributes, row.target, outputs=row.outputs)
         session = dml_onnx.InferenceSession(wide_row.model())
         feeds = wide_row.feeds()
-        return lambda: session.run(None, feeds)[0].astype(np.float16)
-    return Peer("ours float32", make, EXACT)
+        return lambda: session.run(None, feeds)[0]
+    return Peer("ours float32", make, EXACT, comparable=lambda y: y.astype(np.float16))
 
 
 # ----------------------------------------------------------------------------- rows
@@ -295,8 +297,11 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 
 def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
-    """Peak numpy allocation of one call beyond its outputs, in units of the outputs."""
+    """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
+    the peak numpy allocation (``tracemalloc``) and, on Linux, the growth of the process's
+    peak resident memory (which also sees onnxruntime's own buffers)."""
     gc.collect()
+    resident = _reset_peak_resident()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -305,8 +310,28 @@ def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
+    if resident is not None:
+        peak = max(peak, _resident("VmHWM") - resident)
     size = sum(np.asarray(o).nbytes for o in outputs if o is not None)
     return (peak - size) / size if size else math.nan
+
+
+def _resident(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _reset_peak_resident() -> int | None:
+    """Reset the peak resident size to the current one (Linux); that size, or None."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+        return _resident("VmRSS")
+    except (OSError, KeyError):
+        return None
 
 
 def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
@@ -323,7 +348,7 @@ def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
         if call is None:
             result.agrees = f"peer missing ({peer.missing} not importable)"
         else:
-            agrees, diff = peer.agreement.check(ours(), call())
+            agrees, diff = peer.agreement.check(ours(), peer.comparable(call()))
             result.agrees = (f"{'yes' if agrees else 'NO'} ({peer.agreement.describe()}, "
                              f"max diff {diff:.1e})")
             calls.append(call)
@@ -384,8 +409,9 @@ def markdown(results: Sequence[Result], repeat: int) -> str:
     return (f"# Benchmark results\n\n{environment(repeat)}.\n\n"
             "ratio = median ours / median peer (below 1: we are faster); spread = "
             "interquartile range / median; output check = our output against the peer's; "
-            "temporaries = peak numpy allocation of our run beyond its outputs, in units of the "
-            "outputs' size.\n\n" + table(results) + "\n")
+            "temporaries = peak memory of our run beyond its outputs (numpy allocations, and "
+            "the growth of the process's peak resident size), in units of the outputs' size."
+            "\n\n" + table(results) + "\n")
 
 
 def chart(results: Sequence[Result], path: Path) -> bool:

@@ -39,7 +39,7 @@ from custom_ops._common import (
 )
 
 OP = "LpPooling"
-CHUNK_BYTES = 1 << 19
+CHUNK_BYTES = 1 << 18
 """Padded ``|X|^p`` of the planes computed together (at least one plane)."""
 
 
@@ -115,9 +115,10 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     planes = math.prod(X.shape[:2])
     X, Y = X.reshape(planes, *X.shape[2:]), Y.reshape(planes, *Y.shape[2:])
     padded = np.zeros((plan.chunk, *plan.extent), dtype)
-    # partial sums: axis 0 reduced, then axes 0 and 1, ... (the last one is the result)
+    # partial sums: axis 0 reduced, then axes 0 and 1, ...; the last goes into Y itself when
+    # Y has the compute type
     partial = [np.empty((plan.chunk, *g.blocks[:axis + 1], *plan.extent[axis + 1:]), dtype)
-               for axis in range(g.k)]
+               for axis in range(g.k - (Y.dtype == dtype))]
     inside = (slice(None), *plan.inside)
     for lo in range(0, planes, plan.chunk):
         hi = min(planes, lo + plan.chunk)
@@ -129,10 +130,12 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
             np.power(magnitude, dtype.type(p), out=magnitude)
         acc = padded[:hi - lo]
         for axis in range(g.k):
-            acc = _window_sum(acc, partial[axis][:hi - lo], 1 + axis, g.window[axis],
-                              g.strides[axis], g.dilations[axis])
+            out = partial[axis][:hi - lo] if axis < len(partial) else Y[lo:hi]
+            acc = _window_sum(acc, out, 1 + axis, g.window[axis], g.strides[axis],
+                              g.dilations[axis])
         if p == 1:
-            np.copyto(Y[lo:hi], acc, casting="same_kind")
+            if acc is not Y[lo:hi]:
+                np.copyto(Y[lo:hi], acc, casting="same_kind")
         elif p == 2:
             np.sqrt(acc, out=Y[lo:hi])
         else:

@@ -93,7 +93,7 @@ def test_decomposition_of_every_example(example):
 
 
 def test_the_form_reads_no_static_shape():
-    example = next(e for e in EXAMPLES if e.name == "nan_and_infinities")
+    example = next(e for e in EXAMPLES if e.name == "float64_nan_and_infinities")
     static, symbolic = (dml_onnx.lower_model(example_model(example, symbolic=s)[0],
                                              native=False) for s in (False, True))
     assert list(static.graph.node) == list(symbolic.graph.node)
@@ -101,7 +101,7 @@ def test_the_form_reads_no_static_shape():
 
 @pytest.mark.parametrize("opset", range(16, NEWEST_OPSET + 1))
 def test_decomposition_in_every_opset(opset):
-    for name in ("nan_and_infinities", "float16_half_coordinates", "float64_outside"):
+    for name in ("float64_nan_and_infinities", "float16_half_coordinates", "float64_outside"):
         example = next(e for e in EXAMPLES if e.name == name)
         model, want = example_model(example, opset=opset)
         lowered = dml_onnx.lower_model(model, native=False)
