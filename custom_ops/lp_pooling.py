@@ -10,7 +10,10 @@ Taps in the zero padding add nothing. float16 is computed in float32 and rounded
 The window sum is separable: one spatial axis after the other, each a sum of strided slices
 (taps in order). The planes ``N * C`` go through in chunks of about :data:`CHUNK_BYTES`, so that
 the padded ``|X|^p`` and the partial sums of a chunk stay in cache and the temporaries stay
-small; the zero-padded buffer is filled once per chunk (its border stays zero).
+small; the zero-padded buffer is filled once per chunk (its border stays zero). Inputs whose
+taps number at most :data:`~custom_ops.unfold.SMALL` are instead gathered tap by tap with
+Unfold's cached positions and summed by ``np.add.accumulate`` over one tap axis after the
+other: the same sums in the same order, in a handful of numpy calls.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from custom_ops._common import (
     read_extent,
     sliding_block_counts,
 )
+from custom_ops.unfold import SMALL, block_positions
 
 OP = "LpPooling"
 CHUNK_BYTES = 1 << 18
@@ -72,6 +76,7 @@ class _Plan(NamedTuple):
     inside: tuple[slice, ...]  # where the read input goes in the padded buffer
     kept: tuple[slice, ...]  # the input it reads
     chunk: int  # planes per chunk
+    taps: np.ndarray | None  # small inputs: [N*C, *window, *blocks] positions in X, X.size: 0
 
 
 @lru_cache(maxsize=256)
@@ -87,7 +92,10 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     chunk = max(1, min(math.prod(shape[:2]), CHUNK_BYTES // max(plane, 1)))
     check_memory(OP, node, "output Y", (*shape[:2], *counts), dtype)
     check_memory(OP, node, "temporary padded |X|^p", (chunk, *extent), compute_dtype(dtype))
-    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk)
+    taps = None
+    if math.prod(shape[:2]) * math.prod(window) * math.prod(counts) <= SMALL:
+        taps = block_positions(shape, g).reshape(-1, *window, *counts)
+    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps)
 
 
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
@@ -105,8 +113,44 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
         Y.fill(0)
     elif Y.size:
         with np.errstate(over="ignore"):  # |x|^p beyond the range is inf, as the formula says
-            _pool(X, Y, plan, int(p))
+            if plan.taps is None:
+                _pool(X, Y, plan, int(p))
+            else:
+                _pool_small(X, Y, plan.taps, int(p))
     return Y
+
+
+def _pool_small(X: np.ndarray, Y: np.ndarray, taps: np.ndarray, p: int) -> None:
+    """``Y`` by one gather of ``|X|^p`` (a zero appended for the padding) at every tap."""
+    dtype = compute_dtype(X.dtype)
+    values = np.empty(X.size + 1, dtype)
+    magnitude = values[:-1].reshape(X.shape)
+    np.abs(X, out=magnitude)
+    values[-1] = 0
+    _power(magnitude, p)
+    summed = values.take(taps)  # [planes, *window, *blocks]
+    for _ in range(taps.ndim // 2):  # tap axes in order, each summed tap after tap
+        summed = np.add.accumulate(summed, axis=1)[:, -1]  # (reduce may add pairwise)
+    _root(summed.reshape(Y.shape), p, Y)
+
+
+def _power(values: np.ndarray, p: int) -> None:
+    """``values **= p`` in place (|x| times itself for p = 2, like the formula)."""
+    if p == 2:
+        np.multiply(values, values, out=values)
+    elif p != 1:
+        np.power(values, values.dtype.type(p), out=values)
+
+
+def _root(sums: np.ndarray, p: int, out: np.ndarray) -> None:
+    """``out = sums ** (1 / p)`` (rounded once to ``out``'s type)."""
+    if p == 1:
+        if sums is not out:
+            np.copyto(out, sums, casting="same_kind")
+    elif p == 2:
+        np.sqrt(sums, out=out)
+    else:
+        np.power(sums, sums.dtype.type(1.0 / p), out=out)
 
 
 def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
@@ -124,22 +168,13 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         hi = min(planes, lo + plan.chunk)
         magnitude = padded[:hi - lo][inside]
         np.abs(X[(slice(lo, hi), *plan.kept)], out=magnitude)
-        if p == 2:
-            np.multiply(magnitude, magnitude, out=magnitude)
-        elif p != 1:
-            np.power(magnitude, dtype.type(p), out=magnitude)
-        acc = padded[:hi - lo]
+        _power(magnitude, p)
+        acc, target = padded[:hi - lo], Y[lo:hi]
         for axis in range(g.k):
-            out = partial[axis][:hi - lo] if axis < len(partial) else Y[lo:hi]
+            out = partial[axis][:hi - lo] if axis < len(partial) else target
             acc = _window_sum(acc, out, 1 + axis, g.window[axis], g.strides[axis],
                               g.dilations[axis])
-        if p == 1:
-            if acc is not Y[lo:hi]:
-                np.copyto(Y[lo:hi], acc, casting="same_kind")
-        elif p == 2:
-            np.sqrt(acc, out=Y[lo:hi])
-        else:
-            np.power(acc, dtype.type(1.0 / p), out=Y[lo:hi])
+        _root(acc, p, target)
 
 
 def _window_sum(values: np.ndarray, out: np.ndarray, axis: int, window: int, stride: int,

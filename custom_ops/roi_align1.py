@@ -29,6 +29,7 @@ The helpers here are shared with ``roi_align_grad``.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -82,11 +83,13 @@ class Sampling:
     align_corners: bool
 
 
+@functools.lru_cache(maxsize=256)
 def check_sampling(op: str, node: str, *, reduction_function: str, interpolation_mode: str,
                    spatial_scale_x: float, spatial_scale_y: float, input_pixel_offset: float,
                    output_pixel_offset: float, minimum_samples_per_output: int,
                    maximum_samples_per_output: int, align_regions_to_corners: int) -> Sampling:
-    """Check the attributes common to both operators and return them in one record."""
+    """Check the attributes common to both operators and return them in one record
+    (cached: invalid attributes raise every time)."""
     check_choice(op, node, "reduction_function", reduction_function, REDUCTIONS)
     check_choice(op, node, "interpolation_mode", interpolation_mode, INTERPOLATIONS)
     scale_x = check_finite(op, node, "spatial_scale_x", spatial_scale_x)
@@ -202,7 +205,7 @@ class Plan:
 
     def _counts(self, size: np.ndarray, outputs: int, axis: str) -> np.ndarray:
         quotient = np.ceil(np.abs(size) / self.dtype.type(outputs)).astype(np.float64)
-        n = np.clip(quotient, self.sampling.minimum, self.sampling.maximum)
+        n = np.minimum(np.maximum(quotient, self.sampling.minimum), self.sampling.maximum)
         total = n * outputs
         bad = np.flatnonzero(total > SAMPLE_LIMIT)
         if bad.size:
@@ -305,14 +308,14 @@ class Axis:
         with np.errstate(over="ignore", invalid="ignore"):
             coord = scaled_first[owner] + t * size[owner] - ct(sampling.input_pixel_offset)
         inside = (coord >= -1) & (coord <= length)
-        clamped = np.clip(coord, 0, length - 1)
+        clamped = np.minimum(np.maximum(coord, 0), length - 1)
         self.unclamped = inside & (coord == clamped)
         if sampling.linear:
             lo = np.floor(clamped).astype(np.intp)
             frac = clamped - lo
             self.hi = np.minimum(lo + 1, length - 1)
-            self.w_lo = np.where(inside, 1 - frac, 0).astype(dtype)
-            self.w_hi = np.where(inside, frac, 0).astype(dtype)
+            self.w_lo = np.where(inside, 1 - frac, 0).astype(dtype, copy=False)
+            self.w_hi = np.where(inside, frac, 0).astype(dtype, copy=False)
         else:
             lo = np.minimum(np.floor(clamped + ct(0.5)), length - 1).astype(np.intp)
             self.hi = lo
@@ -328,8 +331,9 @@ class Axis:
         # d(value)/d(coordinate) is the difference of the two corners where the coordinate is
         # unclamped and not an integer; times d(coordinate)/d(first) = scale * (1 - t) and
         # d(coordinate)/d(last) = scale * t.
-        slope = np.where(self.unclamped & (self.w_hi != 0), ct(scale), 0).astype(dtype)
-        d_first, d_last = slope * (1 - t), slope * t
+        if derivatives:
+            slope = np.where(self.unclamped & (self.w_hi != 0), ct(scale), 0).astype(dtype)
+            d_first, d_last = slope * (1 - t), slope * t
         if bins:
             bin_of = owner * outputs + s // n[owner]
             share = np.bincount(bin_of, inside, len(n) * outputs).reshape(len(n), outputs)
@@ -355,7 +359,7 @@ class Axis:
         weights added at ``(row_of[sample], lo)`` and ``(row_of[sample], hi)``."""
         base = row_of * self.length
         matrix = np.bincount(np.concatenate([base + self.lo, base + self.hi]),
-                             np.concatenate([w_lo, w_hi]), int(np.prod(shape)))
+                             np.concatenate([w_lo, w_hi]), math.prod(shape))
         return (matrix.reshape(shape) / divisor).astype(self.dtype)
 
     def _part(self, j: int, first_output: int, stop_output: int | None) -> np.ndarray:

@@ -27,10 +27,11 @@ MINIMUM_OPSET = 16
 """Oldest default-domain opset the forms support (``ScatterND``/``ScatterElements`` with
 ``reduction="add"``)."""
 
-NATIVE_VERSIONS = {"MaxRoiPool": (1,), "RoiAlign": (16, 22), "LpPool": (11, 18, 22),
+NATIVE_VERSIONS = {"MaxRoiPool": (1,), "RoiAlign": (16,), "LpPool": (11, 18, 22),
                    "Col2Im": (18,)}
 """Versions of each native op that the forms may emit (later versions only add types; LpPool
-takes dilations from version 18; onnxruntime's CPU provider has no MaxRoiPool-22)."""
+takes dilations from version 18; onnxruntime's CPU provider has no MaxRoiPool-22 nor
+RoiAlign-22)."""
 
 DIRECTML_VERSIONS = {"MaxRoiPool": 1, "RoiAlign": 16, "LpPool": 11, "Col2Im": 18}
 """The version of each native op the DirectML execution provider registers."""

@@ -163,8 +163,8 @@ class _Call:
     node: str
     run: Callable[[Sequence[np.ndarray | None]], tuple[np.ndarray | None, ...]]
     absent: tuple[int, ...]  # inputs the kernel gets as None
-    feeds: tuple[tuple[int, str, np.dtype, np.dtype], ...]  # direct inputs: index, graph
-    # input, its element type, the kernel's
+    feeds: tuple[tuple[int, str, np.dtype, np.dtype], ...]
+    """Direct inputs: index, graph input, its element type, the element type the kernel gets."""
     fetches: tuple[tuple[str, np.dtype] | None, ...]  # per output: direct graph output, type
 
 

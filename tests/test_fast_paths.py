@@ -19,6 +19,7 @@ CASES = [  # window, strides, dilations, start, end, spatial
     ((2, 3), (2, 1), (1, 2), (0, 2), (1, 0), (6, 9)),
     ((3,), (2,), (2,), (3,), (0,), (11,)),
     ((2, 2, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), (4, 5, 3)),
+    ((11, 1), (), (), (0, 0), (0, 0), (12, 2)),  # a long tap axis: sums stay sequential
 ]
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_]
 
@@ -86,14 +87,17 @@ def test_fold_scatter_and_chunked_paths_agree(case, dtype, force):
 @pytest.mark.parametrize("case", [c for c in CASES if len(c[0]) <= 3])
 @pytest.mark.parametrize("p", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_lp_pooling_chunks_do_not_change_a_bit(case, p, dtype, force):
+def test_lp_pooling_gather_and_chunks_do_not_change_a_bit(case, p, dtype, force):
     window, strides, dilations, start, end, spatial = case
     x = _random(np.random.default_rng(2), (3, 5, *spatial), dtype)
     attributes = {"window_size": window, "strides": strides, "dilations": dilations,
                   "start_padding": start, "end_padding": end, "p": p}
+    gathered = lp_module.lp_pooling(x, **attributes)
+    force(lp_module, "SMALL", 0)
     whole = lp_module.lp_pooling(x, **attributes)
     force(lp_module, "CHUNK_BYTES", 1)  # one plane per chunk
     np.testing.assert_array_equal(lp_module.lp_pooling(x, **attributes), whole)
+    np.testing.assert_array_equal(gathered, whole)
 
 
 def _rois(rng, count, n, size):
@@ -134,3 +138,18 @@ def test_roi_pooling_python_and_vectorised_geometry_raise_alike(row, field, monk
             roi_module.roi_pooling(x, rois, pooled_size=(2, 2), spatial_scale=4.0)
         errors.append(str(info.value))
     assert field in errors[0] and errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_run_parallel_runs_every_task_and_raises_the_first_failure(threads, monkeypatch):
+    monkeypatch.setattr(common, "THREADS", threads)
+    done = []
+    common.run_parallel([lambda k=k: done.append(k) for k in range(10)])
+    assert sorted(done) == list(range(10))
+
+    def task(k: int) -> None:
+        if k in (3, 4, 7):
+            raise ValueError(f"task {k}")
+    for _ in range(5):  # whatever the threads' timing
+        with pytest.raises(ValueError, match="task 3"):
+            common.run_parallel([lambda k=k: task(k) for k in range(10)])

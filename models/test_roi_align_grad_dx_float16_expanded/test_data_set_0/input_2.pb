@@ -1,0 +1,2 @@
+
+BroisJš93=FfEf@f6ÍCšGšEMFÍ<fA

@@ -1,0 +1,51 @@
+"""The benchmark script's table and report (not its timings): rows, ratios, targets, missing
+peers."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("benchmarks_run", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_target_row_is_there_with_a_peer():
+    bench = _load()
+    rows = bench.rows(np.random.default_rng(0))
+    names = [row.name for row in rows]
+    assert len(names) == len(set(names))
+    for op in ("LpPooling", "Unfold", "Fold", "RoiPooling", "RoiAlign1", "RoiAlignGrad"):
+        assert any(r.op == op and r.tiny for r in rows), op
+        assert any(r.op == op and not r.tiny and r.target < 1.5 for r in rows), op
+        assert any(r.op == op and "float16" in r.name and r.target == 1.5 for r in rows), op
+    assert all(row.peers or row.onnxruntime for row in rows)
+
+
+def test_table_reports_ratio_target_and_missing_peers():
+    bench = _load()
+    met = bench.Result("Fold big", "onnxruntime Col2Im", 0.5, ours_ms=2.0, ours_spread=0.1,
+                       peer_ms=5.0, peer_spread=0.05, agrees="yes", temporaries=0.25)
+    missed = bench.Result("Fold tiny", "onnxruntime Col2Im", 2.0, ours_ms=0.03,
+                          ours_spread=0.02, peer_ms=0.01, peer_spread=0.02, agrees="yes")
+    missing = bench.Result("Unfold big", "torch unfold", 0.5, ours_ms=3.0, ours_spread=0.1,
+                           agrees="peer missing (torch not importable)")
+    assert (met.ratio, met.met) == (0.4, "yes")
+    assert missed.met == "no" and math.isnan(missing.ratio) and missing.met == ""
+    lines = bench.markdown([met, missed, missing], 5).splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "benchmark" not in line]
+    assert rows[0].split(" | ")[6:10] == ["0.40", "<= 0.5", "yes", "yes"]
+    assert rows[1].split(" | ")[6:9] == ["3.00", "<= 2", "no"]
+    assert "peer missing (torch not importable)" in rows[2] and " - | - |" in rows[2]
+    assert rows[0].endswith("| 0.25 |")
