@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import threading
 
 import numpy as np
 import onnx
@@ -282,46 +281,6 @@ def test_session_takes_path_bytes_and_modelproto(tmp_path):
     for _ in range(2):  # the same options object may serve several sessions
         session = dml_onnx.InferenceSession(case.model, options)
         np.testing.assert_array_equal(session.run(None, case.feeds)[0], want[0])
-
-
-def test_concurrent_runs_from_threads_are_correct_and_errors_stay_with_their_run():
-    definition, bad = ERROR_EXAMPLES[0]
-    example = _twin(definition, bad)
-    model = single_node_model(definition, example.inputs, example.attributes, example.outputs,
-                              symbolic=True)
-    session = dml_onnx.InferenceSession(model)
-    reference = dml_onnx.ReferenceEvaluator(model)
-    rng = np.random.default_rng(0)
-    feeds = [{n: (a * rng.uniform(0.5, 2)).astype(a.dtype) for n, a in
-              _feeds(definition, example).items()} for _ in range(8)]
-    wants = [reference.run(None, f)[0] for f in feeds]
-    bad_feed = _feeds(definition, bad)
-    failures: list[str] = []
-
-    def work(index: int) -> None:
-        for round_ in range(15):
-            if (index + round_) % 4 == 0:
-                try:
-                    session.run(None, bad_feed)
-                    failures.append(f"thread {index}: invalid input did not raise")
-                except dml_onnx.KernelError as error:
-                    if bad.error not in str(error):
-                        failures.append(f"thread {index}: wrong error {error}")
-                continue
-            try:
-                got = session.run(None, feeds[index])[0]
-            except dml_onnx.KernelError as error:
-                failures.append(f"thread {index}: valid input raised {error}")
-                continue
-            if not np.array_equal(got, wants[index]):
-                failures.append(f"thread {index}: wrong result")
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
 
 
 def test_other_pyops_still_run_through_the_extension_hook():
