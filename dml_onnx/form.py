@@ -106,6 +106,16 @@ class StandardNode:
     def cast(self, x: str, elem_type: int) -> str:
         return self.op("Cast", x, to=elem_type)
 
+    def maximum(self, a: str, b: str) -> str:
+        """Elementwise maximum (broadcast) as ``Where(a < b, b, a)``: onnxruntime 1.31's CPU
+        ``Max``, ``Min`` and ``Clip`` on int64 are wrong for some values beyond 2**31 (e.g.
+        ``Max(2**31, 0)`` gives 0); use this and :meth:`minimum` for int64."""
+        return self.op("Where", self.op("Less", a, b), b, a)
+
+    def minimum(self, a: str, b: str) -> str:
+        """Elementwise minimum (broadcast) as ``Where(b < a, b, a)``; see :meth:`maximum`."""
+        return self.op("Where", self.op("Less", b, a), b, a)
+
     # ----------------------------------------------------------------- deciding
     def uses_native(self, op_type: str, minimum_version: int = 1) -> bool:
         """Whether to emit the native ``op_type``: preferred, and this opset resolves it to
@@ -120,17 +130,6 @@ class StandardNode:
     def elem_type(self) -> int:
         """The element type ``T`` (every operator here has it on its first present input)."""
         return next(t for t in self.input_types if t is not None)
-
-    # ----------------------------------------------------------------- emitting (more)
-    def maximum(self, a: str, b: str) -> str:
-        """Elementwise maximum (broadcast) as ``Where(a < b, b, a)``: onnxruntime 1.31's CPU
-        ``Max``, ``Min`` and ``Clip`` on int64 are wrong for some values beyond 2**31 (e.g.
-        ``Max(2**31, 0)`` gives 0); use this and :meth:`minimum` for int64."""
-        return self.op("Where", self.op("Less", a, b), b, a)
-
-    def minimum(self, a: str, b: str) -> str:
-        """Elementwise minimum (broadcast) as ``Where(b < a, b, a)``; see :meth:`maximum`."""
-        return self.op("Where", self.op("Less", b, a), b, a)
 
 
 __all__ = ["DIRECTML_VERSIONS", "MINIMUM_OPSET", "NATIVE_VERSIONS", "NotEquivalent",
