@@ -273,7 +273,11 @@ def _sample(call: Callable[[], object], inner: int) -> float:
 
 def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
             ) -> list[list[float]]:
-    """Seconds per call, ``repeat`` samples of each call, the calls alternating."""
+    """Seconds per call, ``repeat`` samples of each call, the calls alternating.
+
+    Each sample follows an untimed call of the same function: onnxruntime's worker threads
+    spin for a while after a parallel kernel, and that would slow down whatever runs next
+    (the other side's sample), not the call that caused it."""
     inner = [1] * len(calls)
     if tiny:  # repeat each call in a sample until the sample is long enough to time
         inner = [max(1, int(SAMPLE_SECONDS / max(_sample(c, 20), 1e-7))) for c in calls]
@@ -283,6 +287,7 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
     try:
         for _ in range(repeat):
             for k, call in enumerate(calls):
+                call()
                 samples[k].append(_sample(call, inner[k]))
     finally:
         if enabled:
@@ -389,11 +394,16 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def environment(repeat: int) -> str:
+def environment(repeat: int, load: tuple[float, float]) -> str:
     return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"onnxruntime {ort.__version__}, numpy {np.__version__}{_torch_versions()}; "
             f"{repeat} samples per call (tiny cases: each sample averages a loop of about "
-            f"{SAMPLE_SECONDS * 1e3:g} ms)")
+            f"{SAMPLE_SECONDS * 1e3:g} ms); 1-minute load average {load[0]:.1f} before the "
+            f"run, {load[1]:.1f} after")
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
 
 
 def _torch_versions() -> str:
@@ -405,8 +415,8 @@ def _torch_versions() -> str:
     return f", torch {torch.__version__}, torchvision {torchvision.__version__}"
 
 
-def markdown(results: Sequence[Result], repeat: int) -> str:
-    return (f"# Benchmark results\n\n{environment(repeat)}.\n\n"
+def markdown(results: Sequence[Result], repeat: int, load: tuple[float, float]) -> str:
+    return (f"# Benchmark results\n\n{environment(repeat, load)}.\n\n"
             "ratio = median ours / median peer (below 1: we are faster); spread = "
             "interquartile range / median; output check = our output against the peer's; "
             "temporaries = peak memory of our run beyond its outputs (numpy allocations, and "
@@ -455,10 +465,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     chosen = [row for row in rows(np.random.default_rng(0)) if args.only in row.name]
     results: list[Result] = []
+    load_before = _load()
     for index, row in enumerate(chosen, 1):
         log(f"[{index}/{len(chosen)}] {row.name}")
         results += run_row(row, args.repeat, log)
-    text = markdown(results, args.repeat)
+    text = markdown(results, args.repeat, (load_before, _load()))
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "benchmarks.md").write_text(text)

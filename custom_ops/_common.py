@@ -8,6 +8,7 @@ for: ``"<Op> '<node>': <field> <value> <rule>"``. The process-wide memory limit 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import os
@@ -217,8 +218,9 @@ _executor_lock = threading.Lock()
 
 def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
     """Run independent tasks, split in :data:`THREADS` interleaved groups: one group on the
-    calling thread, the others on shared worker threads. Raises the error of the first failing
-    task in ``tasks`` order, as a serial loop would (each group stops at its first failure)."""
+    calling thread, the others on shared worker threads, in copies of the caller's context
+    (``np.errstate`` applies to them too). Raises the error of the first failing task in
+    ``tasks`` order, as a serial loop would (each group stops at its first failure)."""
     global _executor
     groups = min(THREADS, len(tasks))
     if groups <= 1:
@@ -230,7 +232,8 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
             _executor = os.getpid(), ThreadPoolExecutor(THREADS - 1,
                                                         thread_name_prefix="custom_ops")
         executor = _executor[1]
-    futures = [executor.submit(_run_group, tasks, k, groups) for k in range(1, groups)]
+    futures = [executor.submit(contextvars.copy_context().run, _run_group, tasks, k, groups)
+               for k in range(1, groups)]
     failures = [_run_group(tasks, 0, groups), *(future.result() for future in futures)]
     first = min((f for f in failures if f is not None), key=lambda f: f[0], default=None)
     if first is not None:

@@ -43,7 +43,7 @@ def test_table_reports_ratio_target_and_missing_peers():
                            agrees="peer missing (torch not importable)")
     assert (met.ratio, met.met) == (0.4, "yes")
     assert missed.met == "no" and math.isnan(missing.ratio) and missing.met == ""
-    lines = bench.markdown([met, missed, missing], 5).splitlines()
+    lines = bench.markdown([met, missed, missing], 5, (0.5, 1.0)).splitlines()
     rows = [line for line in lines if line.startswith("| ") and "benchmark" not in line]
     assert rows[0].split(" | ")[6:10] == ["0.40", "<= 0.5", "yes", "yes"]
     assert rows[1].split(" | ")[6:9] == ["3.00", "<= 2", "no"]

@@ -153,3 +153,11 @@ def test_run_parallel_runs_every_task_and_raises_the_first_failure(threads, monk
     for _ in range(5):  # whatever the threads' timing
         with pytest.raises(ValueError, match="task 3"):
             common.run_parallel([lambda k=k: task(k) for k in range(10)])
+
+
+def test_run_parallel_tasks_see_the_callers_errstate(monkeypatch):
+    monkeypatch.setattr(common, "THREADS", 2)
+    seen = []
+    with np.errstate(invalid="ignore"):
+        common.run_parallel([lambda: seen.append(np.geterr()["invalid"]) for _ in range(4)])
+    assert seen == ["ignore"] * 4
