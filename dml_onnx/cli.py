@@ -14,6 +14,7 @@ from pathlib import Path
 import onnx
 
 from dml_onnx import conformance, docs
+from dml_onnx.check import check_model
 from dml_onnx.raising import raise_model
 from dml_onnx.standard import lower_model
 
@@ -66,8 +67,6 @@ def _raise(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dml_onnx.check import check_model
-
     problems = check_model(args.model)
     for problem in problems:
         print(problem)
