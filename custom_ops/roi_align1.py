@@ -163,14 +163,14 @@ def check_regions(op: str, node: str, image_shape: Sequence[int], dtype: np.dtyp
         raise KernelError(op, node, "batch_indices length", indices.size,
                           f"differs from the {boxes.shape[0]} regions of rois")
     count = int(image_shape[0])
-    bad = np.flatnonzero((indices < 0) | (indices >= count))
-    if bad.size:
-        r = int(bad[0])
+    bad = (indices < 0) | (indices >= count)
+    if bad.any():
+        r = int(bad.argmax())
         raise KernelError(op, node, f"batch_indices[{r}]", indices[r],
                           f"is outside [0, {count})")
-    bad = np.flatnonzero(~np.isfinite(boxes).all(axis=1))
-    if bad.size:
-        r = int(bad[0])
+    finite = np.isfinite(boxes).all(axis=1)
+    if not finite.all():
+        r = int(finite.argmin())
         raise KernelError(op, node, f"rois[{r}]", boxes[r], "is not finite")
     return boxes, indices.astype(np.intp)
 
@@ -180,40 +180,36 @@ def check_regions(op: str, node: str, image_shape: Sequence[int], dtype: np.dtyp
 
 
 class Plan:
-    """Sample counts of every region, the block partition, and the implementation limits."""
+    """Sample counts of every region, the block partition, and the implementation limits
+    (built under ``np.errstate(over="ignore", invalid="ignore")``)."""
 
     def __init__(self, op: str, node: str, boxes: np.ndarray, sampling: Sampling,
                  output_size: tuple[int, int], image_size: tuple[int, int], dtype: np.dtype):
         self.op, self.node, self.sampling, self.dtype = op, node, sampling, np.dtype(dtype)
         self.output_size, self.image_size = output_size, image_size
-        ct = self.dtype.type
-        self.boxes = boxes.astype(self.dtype)
-        with np.errstate(over="ignore", invalid="ignore"):
-            first_x = self.boxes[:, 0] * ct(sampling.scale_x)
-            first_y = self.boxes[:, 1] * ct(sampling.scale_y)
-            size_x = self.boxes[:, 2] * ct(sampling.scale_x) - first_x
-            size_y = self.boxes[:, 3] * ct(sampling.scale_y) - first_y
-        scaled = np.stack([first_x, first_y, size_x, size_y], axis=1)
-        bad = np.flatnonzero(~np.isfinite(scaled).all(axis=1))
-        if bad.size:
-            r = int(bad[0])
+        scale = np.array([sampling.scale_x, sampling.scale_y] * 2, self.dtype)
+        scaled = (boxes.astype(self.dtype) * scale).T  # [4, R]: x1, y1, x2, y2 times the scale
+        self.first = scaled[1::-1]  # [2, R]: y, then x
+        self.size = scaled[3:1:-1] - self.first
+        # A product that overflows makes its axis's size infinite or NaN too.
+        finite = np.isfinite(self.size).all(axis=0)
+        if not finite.all():
+            r = int(finite.argmin())
             raise KernelError(op, node, f"rois[{r}]", boxes[r],
                               f"overflows {self.dtype.name} when scaled by spatial_scale_x "
                               f"{sampling.scale_x} and spatial_scale_y {sampling.scale_y}")
-        self.n_y = self._counts(size_y, output_size[0], "y")
-        self.n_x = self._counts(size_x, output_size[1], "x")
-
-    def _counts(self, size: np.ndarray, outputs: int, axis: str) -> np.ndarray:
-        quotient = np.ceil(np.abs(size) / self.dtype.type(outputs)).astype(np.float64)
-        n = np.minimum(np.maximum(quotient, self.sampling.minimum), self.sampling.maximum)
+        outputs = np.array(output_size)[:, None]
+        quotient = np.ceil(np.abs(self.size) / outputs.astype(self.dtype)).astype(np.float64)
+        n = np.minimum(np.maximum(quotient, sampling.minimum), sampling.maximum)
         total = n * outputs
-        bad = np.flatnonzero(total > SAMPLE_LIMIT)
-        if bad.size:
-            r = int(bad[0])
-            raise KernelError(self.op, self.node, f"rois[{r}] samples along {axis}",
-                              int(total[r]), f"are above the implementation limit "
-                              f"{SAMPLE_LIMIT}; lower maximum_samples_per_output")
-        return n.astype(np.int64)
+        over = total > SAMPLE_LIMIT
+        if over.any():
+            k, r = (int(i) for i in np.argwhere(over)[0])
+            raise KernelError(op, node, f"rois[{r}] samples along {'yx'[k]}", int(total[k, r]),
+                              f"are above the implementation limit {SAMPLE_LIMIT}; lower "
+                              "maximum_samples_per_output")
+        self.n = n.astype(np.int64)  # [2, R]: y, then x
+        self.n_y, self.n_x = self.n[0], self.n[1]
 
     def check_row_limit(self, r: int) -> None:
         """Per-sample paths hold one output row of samples: ``n_y * S_x`` of them."""
@@ -234,8 +230,11 @@ class Plan:
             cost = cost + copies * (self.n_y * oh * h + self.n_x * ow * w)
         check_memory(self.op, self.node, "temporary weight matrices of one region",
                      (int(cost.max(initial=0)),), np.float64)
-        ends = np.cumsum(cost)
+        ends = cost.cumsum()
         start, total = 0, len(cost)
+        if ends[-1] <= _BLOCK_BUDGET:  # the common case, without searching
+            yield slice(0, total)
+            return
         while start < total:
             base = ends[start - 1] if start else 0
             stop = int(np.searchsorted(ends, base + _BLOCK_BUDGET, side="right"))
@@ -247,14 +246,10 @@ class Plan:
         """The sample grid of a block of regions. ``bins``: the averaged weight matrices;
         ``rows``: the per-sample ones (when they fit the budget); ``derivatives``: the
         matching ``d/d(corner)`` matrices too."""
-        s, b = self.sampling, self.boxes[block]
-        (oh, ow), (h, w) = self.output_size, self.image_size
-        derivatives = derivatives and s.linear
-        y = Axis(b[:, 1], b[:, 3], s.scale_y, self.n_y[block], oh, h, s, self.dtype,
-                 bins=bins, rows=rows, derivatives=derivatives)
-        x = Axis(b[:, 0], b[:, 2], s.scale_x, self.n_x[block], ow, w, s, self.dtype,
-                 bins=bins, rows=rows, derivatives=derivatives)
-        return Grid(y, x)
+        s = self.sampling
+        return Grid(*axes(self.first[:, block], self.size[:, block], self.n[:, block],
+                          self.output_size, self.image_size, s, self.dtype, bins=bins,
+                          rows=rows, derivatives=derivatives and s.linear))
 
 
 class Samples(NamedTuple):
@@ -267,6 +262,121 @@ class Samples(NamedTuple):
     inside: np.ndarray  # the sample is not out of bounds along this axis
     unclamped: np.ndarray  # inside, and the coordinate needed no clamping
     t: np.ndarray  # t(s), the sample's relative position in the region
+
+
+def _derivatives(unclamped: np.ndarray, w_hi: np.ndarray, t: np.ndarray,
+                 scale: np.ndarray | np.generic, dtype: np.dtype
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``d(value)/d(first)`` and ``d(value)/d(last)`` per sample: the difference of the two
+    corners where the coordinate is unclamped and not an integer, times
+    ``d(coordinate)/d(first) = scale * (1 - t)`` and ``d(coordinate)/d(last) = scale * t``."""
+    slope = np.where(unclamped & (w_hi != 0), scale, 0).astype(dtype)
+    return slope * (1 - t), slope * t
+
+
+def axes(first: np.ndarray, size: np.ndarray, n: np.ndarray, output_size: tuple[int, int],
+         image_size: tuple[int, int], sampling: Sampling, dtype: np.dtype, *, bins: bool,
+         rows: bool, derivatives: bool) -> tuple[Axis, Axis]:
+    """The y and x :class:`Axis` of a block of regions from :class:`Plan`'s ``[2, R]`` arrays
+    (y, then x) of scaled first coordinates, sizes and sample counts, computed in one
+    vectorised pass over ``2R`` segments, y's then x's. Callers ignore overflow and invalid
+    floating-point operations (``np.errstate``)."""
+    ct, count_r = dtype.type, n.shape[1]
+    n_y, n_x = n
+    n = n.ravel()
+    outputs = np.array(output_size, np.int64).repeat(count_r)
+    length = np.array(image_size, np.int64).repeat(count_r)
+    count = outputs * n
+    start = np.zeros(2 * count_r + 1, np.int64)
+    count.cumsum(out=start[1:])
+    owner = np.arange(2 * count_r).repeat(count)
+    s = np.arange(start[-1], dtype=np.int64) - start[owner]
+    total = count[owner]
+    offset = ct(sampling.output_pixel_offset)
+    if sampling.align_corners:
+        t = (s.astype(dtype) - offset) / np.maximum(total - 1, 1).astype(dtype)
+        t[total == 1] = ct(0.5)
+    else:
+        t = (s.astype(dtype) - offset) / total.astype(dtype)
+    coord = first.ravel()[owner] + t * size.ravel()[owner] - ct(sampling.input_pixel_offset)
+    last_pixel = (length - 1)[owner]
+    top = last_pixel.astype(dtype)  # length - 1 converted as the scalar Python int would be
+    inside = (coord >= -1) & (coord <= length.astype(dtype)[owner])
+    clamped = np.minimum(np.maximum(coord, 0), top)
+    unclamped = inside & (coord == clamped)
+    if sampling.linear:
+        lo = np.floor(clamped).astype(np.intp)
+        frac = clamped - lo
+        hi = np.minimum(lo + 1, last_pixel)
+        w_lo = np.where(inside, 1 - frac, 0).astype(dtype, copy=False)
+        w_hi = np.where(inside, frac, 0).astype(dtype, copy=False)
+    else:
+        lo = np.minimum(np.floor(clamped + ct(0.5)), top).astype(np.intp)
+        hi = lo
+        w_lo = inside.astype(dtype)
+        w_hi = np.zeros_like(w_lo)
+
+    pixel_start = np.zeros(2 * count_r + 1, np.int64)  # segment j owns pixels from here
+    length.cumsum(out=pixel_start[1:])
+    touched = np.zeros(int(pixel_start[-1]), bool)
+    touched[(pixel_start[owner] + lo)[w_lo != 0]] = True
+    touched[(pixel_start[owner] + hi)[w_hi != 0]] = True
+    windows = _windows(touched, pixel_start)
+    flat = Samples(lo, hi, w_lo, w_hi, inside, unclamped, t)
+    middle = int(start[count_r])
+    result = (Axis(n_y, output_size[0], image_size[0], sampling.scale_y, dtype,
+                   start[:count_r + 1], Samples(*(a[:middle] for a in flat)),
+                   windows[:count_r]),
+              Axis(n_x, output_size[1], image_size[1], sampling.scale_x, dtype,
+                   start[count_r:] - middle, Samples(*(a[middle:] for a in flat)),
+                   windows[count_r:]))
+    if bins:
+        _add_bins(result, owner, s, n, outputs, length, flat, sampling, dtype, derivatives)
+    if rows:
+        for axis in result:
+            axis.add_rows(derivatives)
+    return result[0], result[1]
+
+
+def _add_bins(pair: tuple[Axis, ...], owner: np.ndarray, s: np.ndarray, n: np.ndarray,
+              outputs: np.ndarray, length: np.ndarray, flat: Samples, sampling: Sampling,
+              dtype: np.dtype, derivatives: bool) -> None:
+    """The averaged weight matrices of both axes (see :class:`Axis`), in one pass: bins
+    ``o`` of segment ``j`` are numbered after those of the segments before it."""
+    bin_start = np.zeros(len(n) + 1, np.int64)
+    outputs.cumsum(out=bin_start[1:])
+    bin_of = bin_start[owner] + s // n[owner]
+    n_of_bin = n.repeat(outputs)
+    share = np.bincount(bin_of, flat.inside, int(bin_start[-1])) / n_of_bin
+    bin_length = length.repeat(outputs)
+    row_start = np.zeros(len(bin_length) + 1, np.int64)  # bin b's row starts here
+    bin_length.cumsum(out=row_start[1:])
+    base = row_start[bin_of]
+    index = np.concatenate([base + flat.lo, base + flat.hi])
+    divisor = n_of_bin.repeat(bin_length)
+
+    def scatter(w_lo: np.ndarray, w_hi: np.ndarray) -> list[np.ndarray]:
+        matrix = np.bincount(index, np.concatenate([w_lo, w_hi]), int(row_start[-1]))
+        return _halves(pair, (matrix / divisor).astype(dtype), lengths=True)
+
+    for axis, part in zip(pair, _halves(pair, share.astype(dtype), lengths=False)):
+        axis.inside_share = part
+    for axis, part in zip(pair, scatter(flat.w_lo, flat.w_hi)):
+        axis.bins = part
+    if derivatives:
+        scale = np.array([sampling.scale_y, sampling.scale_x], dtype).repeat(len(n) // 2)
+        d_first, d_last = _derivatives(flat.unclamped, flat.w_hi, flat.t, scale[owner], dtype)
+        for axis, first, last in zip(pair, scatter(-d_first, d_first), scatter(-d_last, d_last)):
+            axis.d_first, axis.d_last = first, last
+
+
+def _halves(pair: tuple[Axis, ...], values: np.ndarray, *, lengths: bool) -> list[np.ndarray]:
+    """``values`` of the y segments then the x segments, as ``[R, O]`` (or ``[R, O, L]``
+    with ``lengths``) per axis."""
+    shapes = [(len(a.n), a.outputs, a.length) if lengths else (len(a.n), a.outputs)
+              for a in pair]
+    middle = math.prod(shapes[0])
+    return [values[:middle].reshape(shapes[0]), values[middle:].reshape(shapes[1])]
 
 
 class Axis:
@@ -284,74 +394,28 @@ class Axis:
       region's two coordinates along this axis (``d_first``, ``d_last``; ``rows_d_*``).
     """
 
-    def __init__(self, first: np.ndarray, last: np.ndarray, scale: float, n: np.ndarray,
-                 outputs: int, length: int, sampling: Sampling, dtype: np.dtype, *,
-                 bins: bool, rows: bool, derivatives: bool):
-        ct = dtype.type
+    def __init__(self, n: np.ndarray, outputs: int, length: int, scale: float,
+                 dtype: np.dtype, start: np.ndarray, flat: Samples, window: list[Index]):
         self.n, self.outputs, self.length, self.dtype = n, outputs, length, dtype
-        self.scale = scale
-        count = outputs * n
-        start = np.zeros(len(n) + 1, np.int64)
-        np.cumsum(count, out=start[1:])
-        self.start = start
-        owner = np.repeat(np.arange(len(n)), count)
-        s = np.arange(start[-1], dtype=np.int64) - start[owner]
-        total = count[owner]
-        offset = ct(sampling.output_pixel_offset)
-        if sampling.align_corners:
-            t = (s.astype(dtype) - offset) / np.maximum(total - 1, 1).astype(dtype)
-            t[total == 1] = ct(0.5)
-        else:
-            t = (s.astype(dtype) - offset) / total.astype(dtype)
-        scaled_first = first * ct(scale)
-        size = last * ct(scale) - scaled_first
-        with np.errstate(over="ignore", invalid="ignore"):
-            coord = scaled_first[owner] + t * size[owner] - ct(sampling.input_pixel_offset)
-        inside = (coord >= -1) & (coord <= length)
-        clamped = np.minimum(np.maximum(coord, 0), length - 1)
-        self.unclamped = inside & (coord == clamped)
-        if sampling.linear:
-            lo = np.floor(clamped).astype(np.intp)
-            frac = clamped - lo
-            self.hi = np.minimum(lo + 1, length - 1)
-            self.w_lo = np.where(inside, 1 - frac, 0).astype(dtype, copy=False)
-            self.w_hi = np.where(inside, frac, 0).astype(dtype, copy=False)
-        else:
-            lo = np.minimum(np.floor(clamped + ct(0.5)), length - 1).astype(np.intp)
-            self.hi = lo
-            self.w_lo = inside.astype(dtype)
-            self.w_hi = np.zeros_like(self.w_lo)
-        self.lo, self.inside, self.t = lo, inside, t
+        self.scale, self.start, self.window = scale, start, window
+        self.lo, self.hi, self.w_lo, self.w_hi, self.inside, self.unclamped, self.t = flat
+        self.rows: np.ndarray | None = None
+        self.inside_share = self.bins = self.d_first = self.d_last = None
+        self.rows_d_first = self.rows_d_last = None
 
-        touched = np.zeros(len(n) * length, bool)
-        touched[(owner * length + lo)[self.w_lo != 0]] = True
-        touched[(owner * length + self.hi)[self.w_hi != 0]] = True
-        self.window = _windows(touched.reshape(len(n), length))
-
-        # d(value)/d(coordinate) is the difference of the two corners where the coordinate is
-        # unclamped and not an integer; times d(coordinate)/d(first) = scale * (1 - t) and
-        # d(coordinate)/d(last) = scale * t.
+    def add_rows(self, derivatives: bool) -> None:
+        """The per-sample weight matrices (and derivatives), when they fit the budget."""
+        total = int(self.start[-1])
+        if total * self.length * (3 if derivatives else 1) > _BLOCK_BUDGET:
+            return
+        every = np.arange(total)
+        shape = (total, self.length)
+        self.rows = self._scatter(every, self.w_lo, self.w_hi, shape, 1)
         if derivatives:
-            slope = np.where(self.unclamped & (self.w_hi != 0), ct(scale), 0).astype(dtype)
-            d_first, d_last = slope * (1 - t), slope * t
-        if bins:
-            bin_of = owner * outputs + s // n[owner]
-            share = np.bincount(bin_of, inside, len(n) * outputs).reshape(len(n), outputs)
-            self.inside_share = (share / n[:, None]).astype(dtype)
-            shape = (len(n), outputs, length)
-            divisor = n[:, None, None]
-            self.bins = self._scatter(bin_of, self.w_lo, self.w_hi, shape, divisor)
-            if derivatives:
-                self.d_first = self._scatter(bin_of, -d_first, d_first, shape, divisor)
-                self.d_last = self._scatter(bin_of, -d_last, d_last, shape, divisor)
-        self.rows = None
-        if rows and start[-1] * length * (3 if derivatives else 1) <= _BLOCK_BUDGET:
-            every = np.arange(start[-1])
-            shape = (int(start[-1]), length)
-            self.rows = self._scatter(every, self.w_lo, self.w_hi, shape, 1)
-            if derivatives:
-                self.rows_d_first = self._scatter(every, -d_first, d_first, shape, 1)
-                self.rows_d_last = self._scatter(every, -d_last, d_last, shape, 1)
+            d_first, d_last = _derivatives(self.unclamped, self.w_hi, self.t,
+                                           self.dtype.type(self.scale), self.dtype)
+            self.rows_d_first = self._scatter(every, -d_first, d_first, shape, 1)
+            self.rows_d_last = self._scatter(every, -d_last, d_last, shape, 1)
 
     def _scatter(self, row_of: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray,
                  shape: tuple[int, ...], divisor: np.ndarray | int) -> np.ndarray:
@@ -402,26 +466,28 @@ class Axis:
 
         result = [matrix(q.w_lo, q.w_hi)]
         if derivatives:
-            slope = np.where(q.unclamped & (q.w_hi != 0), self.dtype.type(self.scale), 0)
-            slope = slope.astype(self.dtype)
-            result.append(matrix(-slope * (1 - q.t), slope * (1 - q.t)))
-            result.append(matrix(-slope * q.t, slope * q.t))
+            d_first, d_last = _derivatives(q.unclamped, q.w_hi, q.t,
+                                           self.dtype.type(self.scale), self.dtype)
+            result.append(matrix(-d_first, d_first))
+            result.append(matrix(-d_last, d_last))
         return result
 
 
-def _windows(touched: np.ndarray) -> list[Index]:
-    """Per region: the touched pixels as a slice, or as an index array when sparse."""
-    count = touched.sum(axis=1)
-    first = touched.argmax(axis=1)
-    last = touched.shape[1] - touched[:, ::-1].argmax(axis=1)
+def _windows(touched: np.ndarray, starts: np.ndarray) -> list[Index]:
+    """Per segment ``touched[starts[j]:starts[j + 1]]`` (none empty): its touched pixels as
+    a slice, or as an index array when sparse."""
+    first, positions = starts[:-1], np.arange(touched.size)
+    count = np.add.reduceat(touched, first, dtype=np.intp).tolist()
+    low = np.minimum.reduceat(np.where(touched, positions, touched.size), first).tolist()
+    high = (np.maximum.reduceat(np.where(touched, positions, -1), first) + 1).tolist()
     windows: list[Index] = []
-    for j, (c, a, b) in enumerate(zip(count.tolist(), first.tolist(), last.tolist())):
+    for c, a, b, base in zip(count, low, high, first.tolist()):
         if c == 0:
             windows.append(slice(0, 0))
         elif c >= _DENSE * (b - a):
-            windows.append(slice(a, b))
+            windows.append(slice(a - base, b - base))
         else:
-            windows.append(np.flatnonzero(touched[j]))
+            windows.append(np.flatnonzero(touched[a:b]) + (a - base))
     return windows
 
 
@@ -690,11 +756,11 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
     Y = np.zeros((len(batch), channels, oh, ow), dtype)
     if Y.size == 0:
         return Y.astype(X.dtype)
-    plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
-    Xt = channels_last(X, dtype)
-    finite = all_finite(Xt)
-    Yv = Y.transpose(0, 2, 1, 3)  # [R, OH, C, OW]
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinity are data here
+        plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
+        Xt = channels_last(X, dtype)
+        finite = all_finite(Xt)
+        Yv = Y.transpose(0, 2, 1, 3)  # [R, OH, C, OW]
         _forward_blocks(plan, Xt, finite, batch, Y, Yv, out_of_bounds)
     return Y.astype(X.dtype, copy=False)
 

@@ -149,10 +149,10 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
     drois = np.zeros((len(batch), 4), np.float64)
 
     if len(batch) and channels and (compute_dx or want_drois):
-        plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
-        grads = dY.astype(dtype, copy=False)
-        Xt = channels_last(X, dtype) if uses_x else None
         with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinity are data here
+            plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
+            grads = dY.astype(dtype, copy=False)
+            Xt = channels_last(X, dtype) if uses_x else None
             _backward_blocks(plan, Xt, grads, batch, dXt, drois, want_drois)
 
     dX = None
