@@ -331,7 +331,7 @@ def axes(first: np.ndarray, size: np.ndarray, n: np.ndarray, output_size: tuple[
                    start[count_r:] - middle, Samples(*(a[middle:] for a in flat)),
                    windows[count_r:]))
     if bins:
-        _add_bins(result, owner, s, n, outputs, length, flat, sampling, dtype, derivatives)
+        _add_bins(result, owner, s, n, outputs, dtype, derivatives)
     if rows:
         for axis in result:
             axis.add_rows(derivatives)
@@ -339,44 +339,23 @@ def axes(first: np.ndarray, size: np.ndarray, n: np.ndarray, output_size: tuple[
 
 
 def _add_bins(pair: tuple[Axis, ...], owner: np.ndarray, s: np.ndarray, n: np.ndarray,
-              outputs: np.ndarray, length: np.ndarray, flat: Samples, sampling: Sampling,
-              dtype: np.dtype, derivatives: bool) -> None:
-    """The averaged weight matrices of both axes (see :class:`Axis`), in one pass: bins
-    ``o`` of segment ``j`` are numbered after those of the segments before it."""
-    bin_start = np.zeros(len(n) + 1, np.int64)
-    outputs.cumsum(out=bin_start[1:])
-    bin_of = bin_start[owner] + s // n[owner]
-    n_of_bin = n.repeat(outputs)
-    share = np.bincount(bin_of, flat.inside, int(bin_start[-1])) / n_of_bin
-    bin_length = length.repeat(outputs)
-    row_start = np.zeros(len(bin_length) + 1, np.int64)  # bin b's row starts here
-    bin_length.cumsum(out=row_start[1:])
-    base = row_start[bin_of]
-    index = np.concatenate([base + flat.lo, base + flat.hi])
-    divisor = n_of_bin.repeat(bin_length)
-
-    def scatter(w_lo: np.ndarray, w_hi: np.ndarray) -> list[np.ndarray]:
-        matrix = np.bincount(index, np.concatenate([w_lo, w_hi]), int(row_start[-1]))
-        return _halves(pair, (matrix / divisor).astype(dtype), lengths=True)
-
-    for axis, part in zip(pair, _halves(pair, share.astype(dtype), lengths=False)):
-        axis.inside_share = part
-    for axis, part in zip(pair, scatter(flat.w_lo, flat.w_hi)):
-        axis.bins = part
-    if derivatives:
-        scale = np.array([sampling.scale_y, sampling.scale_x], dtype).repeat(len(n) // 2)
-        d_first, d_last = _derivatives(flat.unclamped, flat.w_hi, flat.t, scale[owner], dtype)
-        for axis, first, last in zip(pair, scatter(-d_first, d_first), scatter(-d_last, d_last)):
-            axis.d_first, axis.d_last = first, last
-
-
-def _halves(pair: tuple[Axis, ...], values: np.ndarray, *, lengths: bool) -> list[np.ndarray]:
-    """``values`` of the y segments then the x segments, as ``[R, O]`` (or ``[R, O, L]``
-    with ``lengths``) per axis."""
-    shapes = [(len(a.n), a.outputs, a.length) if lengths else (len(a.n), a.outputs)
-              for a in pair]
-    middle = math.prod(shapes[0])
-    return [values[:middle].reshape(shapes[0]), values[middle:].reshape(shapes[1])]
+              outputs: np.ndarray, dtype: np.dtype, derivatives: bool) -> None:
+    """The averaged weight matrices of both axes (see :class:`Axis`), one axis at a time,
+    which keeps the scratch memory low. Output ``o`` of segment ``j`` is bin ``j * O + o``
+    of its axis (segments ``R..2R-1`` are x's regions ``0..R-1``)."""
+    bin_of = owner % (len(n) // 2) * outputs[owner] + s // n[owner]
+    middle = len(pair[0].lo)
+    for axis, part in zip(pair, (bin_of[:middle], bin_of[middle:])):
+        shape = (len(axis.n), axis.outputs, axis.length)
+        share = np.bincount(part, axis.inside, shape[0] * shape[1]).reshape(shape[:2])
+        axis.inside_share = (share / axis.n[:, None]).astype(dtype)
+        divisor = axis.n[:, None, None]
+        axis.bins = axis.scatter(part, axis.w_lo, axis.w_hi, shape, divisor)
+        if derivatives:
+            d_first, d_last = _derivatives(axis.unclamped, axis.w_hi, axis.t,
+                                           dtype.type(axis.scale), dtype)
+            axis.d_first = axis.scatter(part, -d_first, d_first, shape, divisor)
+            axis.d_last = axis.scatter(part, -d_last, d_last, shape, divisor)
 
 
 class Axis:
@@ -410,14 +389,14 @@ class Axis:
             return
         every = np.arange(total)
         shape = (total, self.length)
-        self.rows = self._scatter(every, self.w_lo, self.w_hi, shape, 1)
+        self.rows = self.scatter(every, self.w_lo, self.w_hi, shape, 1)
         if derivatives:
             d_first, d_last = _derivatives(self.unclamped, self.w_hi, self.t,
                                            self.dtype.type(self.scale), self.dtype)
-            self.rows_d_first = self._scatter(every, -d_first, d_first, shape, 1)
-            self.rows_d_last = self._scatter(every, -d_last, d_last, shape, 1)
+            self.rows_d_first = self.scatter(every, -d_first, d_first, shape, 1)
+            self.rows_d_last = self.scatter(every, -d_last, d_last, shape, 1)
 
-    def _scatter(self, row_of: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray,
+    def scatter(self, row_of: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray,
                  shape: tuple[int, ...], divisor: np.ndarray | int) -> np.ndarray:
         """A matrix of ``shape`` (rows, then ``length`` columns) with each sample's two
         weights added at ``(row_of[sample], lo)`` and ``(row_of[sample], hi)``."""
