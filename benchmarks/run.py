@@ -301,20 +301,26 @@ def summary(samples: list[float]) -> tuple[float, float]:
     return median * 1e3, (q3 - q1) / median
 
 
-def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
-    """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
-    the peak numpy allocation (``tracemalloc``) and, on Linux, the growth of the process's
-    peak resident memory (which also sees onnxruntime's own buffers)."""
-    gc.collect()
-    resident = _reset_peak_resident()
+def traced_peak(call: Callable[[], Sequence[np.ndarray]]) -> tuple[int, Sequence[np.ndarray]]:
+    """The peak numpy allocation of one call beyond what was allocated before it
+    (``tracemalloc``), and the call's outputs."""
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
         outputs = call()
-        peak = tracemalloc.get_traced_memory()[1] - before
+        return tracemalloc.get_traced_memory()[1] - before, outputs
     finally:
         tracemalloc.stop()
+
+
+def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
+    """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
+    the peak numpy allocation (:func:`traced_peak`) and, on Linux, the growth of the
+    process's peak resident memory (which also sees onnxruntime's own buffers)."""
+    gc.collect()
+    resident = _reset_peak_resident()
+    peak, outputs = traced_peak(call)
     if resident is not None:
         peak = max(peak, _resident("VmHWM") - resident)
     size = sum(np.asarray(o).nbytes for o in outputs if o is not None)

@@ -265,8 +265,7 @@ class Samples(NamedTuple):
 
 
 def _derivatives(unclamped: np.ndarray, w_hi: np.ndarray, t: np.ndarray,
-                 scale: np.ndarray | np.generic, dtype: np.dtype
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 scale: np.generic, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """``d(value)/d(first)`` and ``d(value)/d(last)`` per sample: the difference of the two
     corners where the coordinate is unclamped and not an integer, times
     ``d(coordinate)/d(first) = scale * (1 - t)`` and ``d(coordinate)/d(last) = scale * t``."""
@@ -397,7 +396,7 @@ class Axis:
             self.rows_d_last = self.scatter(every, -d_last, d_last, shape, 1)
 
     def scatter(self, row_of: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray,
-                 shape: tuple[int, ...], divisor: np.ndarray | int) -> np.ndarray:
+                shape: tuple[int, ...], divisor: np.ndarray | int) -> np.ndarray:
         """A matrix of ``shape`` (rows, then ``length`` columns) with each sample's two
         weights added at ``(row_of[sample], lo)`` and ``(row_of[sample], hi)``."""
         base = row_of * self.length

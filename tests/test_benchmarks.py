@@ -1,8 +1,9 @@
 """The benchmark script's table and report (not its timings): rows, ratios, targets, missing
-peers."""
+peers; and the memory bound at its sizes."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import sys
@@ -54,8 +55,6 @@ def test_table_reports_ratio_target_and_missing_peers():
 def test_float32_rows_allocate_at_most_one_output_sized_temporary():
     """The issue's memory bound at the benchmark's own sizes: a run's numpy allocations beyond
     its outputs stay within one output-sized temporary, plus 5% for the fixed-size scratch."""
-    import tracemalloc
-
     import dml_onnx
 
     bench = _load()
@@ -65,13 +64,6 @@ def test_float32_rows_allocate_at_most_one_output_sized_temporary():
         session = dml_onnx.InferenceSession(row.model())
         feeds = row.feeds()
         session.run(None, feeds)  # plans and caches are built on the first call
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            outputs = session.run(None, feeds)
-            peak = tracemalloc.get_traced_memory()[1] - before
-        finally:
-            tracemalloc.stop()
+        peak, outputs = bench.traced_peak(functools.partial(session.run, None, feeds))
         size = sum(o.nbytes for o in outputs if o is not None)
         assert peak - size <= 1.05 * size, (row.name, (peak - size) / size)
