@@ -157,6 +157,25 @@ def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequenc
                                    end_padding, output_size)))
 
 
+def check_input(node: str, X: np.ndarray, window: Sequence[int], blocks: Sequence[int],
+                output_size: Sequence[int]) -> None:
+    """Check ``X``: rank 3, a numeric element type, and ``[N, C * prod(window), prod(blocks)]``
+    (``blocks``: the block counts over ``output_size``)."""
+    check_rank(OP, node, "X", X, (3,))
+    if X.dtype.kind not in "iuf":
+        raise KernelError(OP, node, "X element type", X.dtype.name,
+                          "is not an integer or float16/32/64 type")
+    _, rows, length = X.shape
+    taps = math.prod(window)
+    if rows % taps:
+        raise KernelError(OP, node, "X dim 1", rows,
+                          f"is not a multiple of prod(window_sizes) {taps}")
+    count = math.prod(blocks)
+    if length != count:
+        raise KernelError(OP, node, "X dim 2", length,
+                          f"is not the block count {count} of output_size {list(output_size)}")
+
+
 def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
          dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
          end_padding: Sequence[int] = (), output_size: Sequence[int], node: str = ""
@@ -166,19 +185,9 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
     attributes = tuple(map(as_key, (window_sizes, strides, dilations, start_padding,
                                      end_padding, output_size)))
     geometry, output = _geometry(node, *attributes)
-    check_rank(OP, node, "X", X, (3,))
-    if X.dtype.kind not in "iuf":
-        raise KernelError(OP, node, "X element type", X.dtype.name,
-                          "is not an integer or float16/32/64 type")
+    check_input(node, X, geometry.window, geometry.blocks, output)
     n, rows, length = X.shape
     taps = math.prod(geometry.window)
-    if rows % taps:
-        raise KernelError(OP, node, "X dim 1", rows,
-                          f"is not a multiple of prod(window_sizes) {taps}")
-    blocks = math.prod(geometry.blocks)
-    if length != blocks:
-        raise KernelError(OP, node, "X dim 2", length,
-                          f"is not the block count {blocks} of output_size {list(output)}")
     c = rows // taps
     accumulate = np.dtype(np.float32) if X.dtype == np.float16 else X.dtype
     if X.size <= SMALL:

@@ -73,16 +73,9 @@ def _attributes(node: str, pooled_size: tuple, spatial_scale: float) -> tuple[in
     return ph, pw
 
 
-def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
-                spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
-    """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
-    if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
-        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
-    if type(pooled_size) is not tuple:
-        pooled_size = tuple(np.ravel(pooled_size).tolist())
-    ph_count, pw_count = _attributes(node, pooled_size, float(spatial_scale))
-    X = np.asarray(X)
-    rois = np.asarray(rois)
+def check_inputs(node: str, X: np.ndarray, rois: np.ndarray) -> np.ndarray:
+    """Check the element types and shapes of ``X`` and ``rois``; return ``rois`` as its
+    ``[R, 5]`` rows."""
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (4,))
     check_float_input(OP, node, "rois", rois)
@@ -92,22 +85,71 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
     if not (2 <= rois.ndim <= 4 and rois.shape[-1] == 5 and all(d == 1 for d in rois.shape[:-2])):
         raise KernelError(OP, node, "rois shape", list(rois.shape),
                           "is not [R, 5], [1, R, 5] or [1, 1, R, 5]")
-    rois = rois.reshape(-1, 5)
+    return rois.reshape(-1, 5)
+
+
+def check_regions(node: str, rois: np.ndarray, n: int, spatial_scale: float) -> np.ndarray:
+    """Check the ``[R, 5]`` rows against ``N`` images: every batch id truncates into
+    ``[0, N)``, then every corner is finite, then finite times ``spatial_scale`` in the
+    compute type (float32, or float64 for double); the first bad row raises.
+
+    Returns the corners times ``spatial_scale``, ``[R, 4]`` in the compute type.
+    """
+    ctype = compute_dtype(rois.dtype)
+    with np.errstate(over="ignore"):
+        scaled = rois[:, 1:].astype(ctype) * ctype.type(spatial_scale)
+    ids = rois[:, 0].astype(np.float64)
+    # Valid rows pass in a few numpy calls: -1 < id < N is 0 <= trunc(id) < N, and a corner
+    # that is not finite makes its product not finite.
+    if not (np.isfinite(scaled).all() and ((ids > -1) & (ids < n)).all()):
+        _raise_first_error(node, rois, ids, scaled, n, spatial_scale)
+    return scaled
+
+
+def _raise_first_error(node: str, rois: np.ndarray, ids: np.ndarray, scaled: np.ndarray,
+                       n: int, spatial_scale: float) -> None:
+    """The error of :func:`check_regions` for rows of which one is bad."""
+    truncated = np.trunc(ids)
+    bad = np.flatnonzero(~((truncated >= 0) & (truncated < n)))  # NaN fails both tests
+    if bad.size:
+        i = int(bad[0])
+        rule = f"is outside [0, {n})" if not np.isnan(ids[i]) else f"is NaN, not in [0, {n})"
+        raise KernelError(OP, node, f"rois[{i}] batch index", _number(ids[i]), rule)
+    coords = rois[:, 1:]
+    overflow = f"times spatial_scale {spatial_scale} overflows {scaled.dtype.name}"
+    for values, rule in ((coords, "is not finite"), (scaled, overflow)):
+        bad = np.argwhere(~np.isfinite(values))
+        if bad.size:
+            i, j = (int(k) for k in bad[0])
+            raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]), rule)
+
+
+def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
+                spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
+    """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
+    if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
+        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    if type(pooled_size) is not tuple:
+        pooled_size = tuple(np.ravel(pooled_size).tolist())
+    ph_count, pw_count = _attributes(node, pooled_size, float(spatial_scale))
+    X = np.asarray(X)
+    rois = check_inputs(node, X, np.asarray(rois))
     n, c, h, w = X.shape
     r = rois.shape[0]
     ctype = compute_dtype(X.dtype)
     check_memory(OP, node, "temporary bin edges", (max(r, 1), max(ph_count, pw_count)),
                  np.int64)
     check_memory(OP, node, "output Y", (r, c, ph_count, pw_count), X.dtype)
+    scaled = check_regions(node, rois, n, spatial_scale)
     if r <= SMALL_ROIS:
-        regions = _python_regions(rois, n, h, w, ph_count, pw_count, ctype, spatial_scale, node)
+        regions = _python_regions(rois, scaled, h, w, ph_count, pw_count)
         if min(c, h, w) and sum(_gathered(region) for region in regions) <= _SMALL_GATHER:
             return _pool_by_gather(X, regions, ph_count, pw_count)
         batch, *edges = zip(*regions)
         geometry = (np.array(batch, np.int64), *(np.array(e, np.int64) for e in edges))
     else:
-        batch = _batch_indices(rois[:, 0], n, node)
-        x1, y1, x2, y2 = _scaled_corners(rois[:, 1:], ctype, spatial_scale, node)
+        batch = np.trunc(rois[:, 0].astype(np.float64)).astype(np.int64)
+        x1, y1, x2, y2 = _rounded_corners(scaled)
         geometry = (batch, *_bins(y1, y2, ph_count, h), *_bins(x1, x2, pw_count, w))
     if min(r, c, h, w) == 0:
         return np.zeros((r, c, ph_count, pw_count), X.dtype)
@@ -119,32 +161,14 @@ Region = tuple[int, list[int], list[int], list[int], list[int]]
 """Batch index, then bin starts and ends over rows (PH each), then over columns (PW each)."""
 
 
-def _python_regions(rois: np.ndarray, n: int, h: int, w: int, ph: int, pw: int,
-                    ctype: np.dtype, spatial_scale: float, node: str) -> list[Region]:
-    """The geometry of a few regions in exact Python integers, with the checks and messages of
-    the vectorised path (:func:`_batch_indices`, :func:`_scaled_corners`) in its order."""
-    rows = rois.tolist()
-    for i, row in enumerate(rows):
-        v = row[0]
-        if not (v == v and 0 <= math.trunc(v) < n if math.isfinite(v) else False):
-            rule = f"is outside [0, {n})" if v == v else f"is NaN, not in [0, {n})"
-            raise KernelError(OP, node, f"rois[{i}] batch index", _number(v), rule)
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row[1:]):
-            if not math.isfinite(v):
-                raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(v),
-                                  "is not finite")
-    with np.errstate(over="ignore"):
-        scaled = (rois[:, 1:].astype(ctype) * ctype.type(spatial_scale)).tolist()
-    for i, corners in enumerate(scaled):
-        for j, v in enumerate(corners):
-            if not math.isfinite(v):
-                raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(rows[i][j + 1]),
-                                  f"times spatial_scale {spatial_scale} overflows {ctype.name}")
+def _python_regions(rois: np.ndarray, scaled: np.ndarray, h: int, w: int, ph: int,
+                    pw: int) -> list[Region]:
+    """The geometry of a few checked regions in exact Python integers, from their rows and
+    their corners times ``spatial_scale`` (:func:`check_regions`)."""
     regions = []
-    for row, corners in zip(rows, scaled):
+    for batch_id, corners in zip(rois[:, 0].tolist(), scaled.tolist()):
         x1, y1, x2, y2 = (_round_half_away(v) for v in corners)
-        regions.append((math.trunc(row[0]), *_python_bins(y1, y2, ph, h),
+        regions.append((math.trunc(batch_id), *_python_bins(y1, y2, ph, h),
                         *_python_bins(x1, x2, pw, w)))
     return regions
 
@@ -193,43 +217,18 @@ def _pool_by_gather(X: np.ndarray, regions: list[Region], ph: int, pw: int) -> n
 
 
 # ----------------------------------------------------------------------- many regions: vectorised
-def _batch_indices(ids: np.ndarray, n: int, node: str) -> np.ndarray:
-    """``trunc(batch_id)``, each checked to lie in ``[0, N)``, as int64."""
-    ids = ids.astype(np.float64)
-    truncated = np.trunc(ids)
-    bad = np.flatnonzero(~((truncated >= 0) & (truncated < n)))  # NaN fails both tests
-    if bad.size:
-        i = int(bad[0])
-        rule = f"is outside [0, {n})" if not np.isnan(ids[i]) else f"is NaN, not in [0, {n})"
-        raise KernelError(OP, node, f"rois[{i}] batch index", _number(ids[i]), rule)
-    return truncated.astype(np.int64)
-
-
 def _number(value: float) -> int | float:
     """A float as the error message shows it: integral values without a trailing ``.0``."""
     value = float(value)
     return int(value) if value.is_integer() and abs(value) < 2.0 ** 53 else value
 
 
-def _scaled_corners(coords: np.ndarray, ctype: np.dtype, spatial_scale: float,
-                    node: str) -> tuple[np.ndarray, ...]:
-    """``round_half_away(coordinate * spatial_scale)`` per corner, as exact integers.
+def _rounded_corners(scaled: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``round_half_away`` of the scaled corners ``[R, 4]``, as exact integers per corner.
 
-    The product is taken in ``ctype`` (float32, or float64 for double). The result is int64
-    when every later bin computation fits in int64, else an object array of Python ints.
+    The result is int64 when every later bin computation fits in int64, else an object array
+    of Python ints.
     """
-    finite = np.isfinite(coords)
-    if not finite.all():
-        i, j = (int(k) for k in np.argwhere(~finite)[0])
-        raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]),
-                          "is not finite")
-    with np.errstate(over="ignore"):
-        scaled = coords.astype(ctype) * ctype.type(spatial_scale)
-    finite = np.isfinite(scaled)
-    if not finite.all():
-        i, j = (int(k) for k in np.argwhere(~finite)[0])
-        raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]),
-                          f"times spatial_scale {spatial_scale} overflows {ctype.name}")
     rounded = _exact_ints(round_half_away(scaled))
     return tuple(rounded[:, j] for j in range(4))
 

@@ -105,6 +105,14 @@ def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequenc
     window_attributes(OP, node, window_sizes, strides, dilations, start_padding, end_padding)
 
 
+def check_input(node: str, X: np.ndarray, k: int) -> None:
+    """Check ``X`` of a k-D Unfold: rank k + 2 and an element type of :data:`UNFOLD_TYPES`."""
+    check_rank(OP, node, "X", X, (k + 2,))
+    if X.dtype not in UNFOLD_TYPES:
+        raise KernelError(OP, node, "X element type", X.dtype.name,
+                          "is not an integer, float16/32/64 or bool type")
+
+
 class _Plan(NamedTuple):
     """One Unfold over one input shape: geometry, the padded extent it reads, and for small
     outputs the gather index of ``Y`` into ``X``'s flat values (``X.size``: a padding zero)."""
@@ -170,9 +178,7 @@ def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int]
                   as_key(end_padding))
     if X.ndim != len(window_sizes) + 2 or X.dtype not in UNFOLD_TYPES:
         window_attributes(OP, node, *attributes)  # attribute errors come first
-        check_rank(OP, node, "X", X, (len(window_sizes) + 2,))
-        raise KernelError(OP, node, "X element type", X.dtype.name,
-                          "is not an integer, float16/32/64 or bool type")
+        check_input(node, X, len(window_sizes))  # raises
     plan = _plan(node, X.shape, X.dtype, *attributes, memory_limit())
     if plan.index is None:
         return _blocks(X, plan, fill=0)

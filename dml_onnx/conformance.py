@@ -9,8 +9,10 @@ Layout (what onnxruntime's ``onnx_test_runner`` and ``onnx.backend.test`` read):
     models/test_<op>_<example>_expanded/...               the same with standard ops only
 
 Expected outputs are the example's independently known values where it has them (the seed
-examples), otherwise what the kernels compute. Each case imports the default-domain opset at
-which the DirectML execution provider registers the native op its standard form uses (16:
+examples), otherwise what the plain reference implementations (:mod:`dml_onnx.reference_ops`,
+through :class:`dml_onnx.ReferenceEvaluator`) compute, never the kernels being checked. Each
+case imports the default-domain opset at which the DirectML execution provider registers the
+native op its standard form uses (16:
 MaxRoiPool-1, RoiAlign-16, LpPool-11; 18: Col2Im-18), so ``onnx_test_runner -e dml models``
 checks what DirectML computes against the kernels here.
 """
@@ -147,7 +149,7 @@ def case_opset(model_at: Callable[[int], onnx.ModelProto]) -> int:
 
 
 def example_case(definition: OpDefinition, example: Example) -> Case:
-    """The example as a case; expected outputs from the example or from the kernel."""
+    """The example as a case; expected outputs from the example or from the reference."""
     def model_at(opset: int) -> onnx.ModelProto:
         return single_node_model(definition, example.inputs, example.attributes,
                                  example.outputs, opset=opset,

@@ -159,6 +159,9 @@ class OpDefinition:
     kernel: Callable[..., Any]
     check_attributes: Callable[..., None]
     infer_shapes: ShapeFunction
+    reference: Callable[..., Any] | None = None  # TODO(me): required once every op has one
+    """The plain implementation in :mod:`dml_onnx.reference_ops`: the kernel's signature and
+    outputs, computed one output element at a time straight from the specification."""
     standard_form: StandardForm | None = None
     """Emits standard ONNX nodes computing the same outputs (see :mod:`dml_onnx.form`)."""
     examples: Callable[[], tuple[Example, ...]] = field(default=lambda: ())
@@ -341,9 +344,7 @@ class OpDefinition:
 
         List attributes are passed as tuples, so that kernels can memoise on them.
         """
-        options = {"node": node, **self.kernel_options(list(outputs_present)),
-                   **{name: tuple(value) if isinstance(value, list) else value
-                      for name, value in attributes.items()}}
+        options = self._call_options(attributes, node, outputs_present)
         kernel = self.kernel
         fitted: list[Any] = [None]  # the last input shapes and memory limit that passed
 
@@ -355,6 +356,22 @@ class OpDefinition:
             result = kernel(*inputs, **options)
             return result if isinstance(result, tuple) else (result,)
         return run
+
+    def run_reference(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
+                      node: str, outputs_present: Sequence[bool]
+                      ) -> tuple[np.ndarray | None, ...]:
+        """:meth:`run_kernel` with the plain :attr:`reference` implementation instead."""
+        self.check_output_memory(inputs, attributes, node, outputs_present)
+        result = self.reference(*inputs, **self._call_options(attributes, node, outputs_present))
+        return result if isinstance(result, tuple) else (result,)
+
+    def _call_options(self, attributes: dict[str, Any], node: str,
+                      outputs_present: Sequence[bool]) -> dict[str, Any]:
+        """The keyword arguments of the kernel and the reference: attributes (lists as
+        tuples), ``node`` and the options derived from the requested outputs."""
+        return {"node": node, **self.kernel_options(list(outputs_present)),
+                **{name: tuple(value) if isinstance(value, list) else value
+                   for name, value in attributes.items()}}
 
     def check_output_memory(self, inputs: Sequence[np.ndarray | None],
                             attributes: dict[str, Any], node: str,

@@ -120,7 +120,7 @@ def _col2im(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
         "start_padding": pads[:k], "end_padding": pads[k:]}
 
 
-_RULES: dict[str, Callable[[_Node, bool], tuple[str, list[str], dict]]] = {
+RULES: dict[str, Callable[[_Node, bool], tuple[str, list[str], dict]]] = {
     "MaxRoiPool": _max_roi_pool, "RoiAlign": _roi_align, "LpPool": _lp_pool,
     "Col2Im": _col2im}
 """Standard op type -> the rule giving (dml_onnx op type, inputs, attributes) or raising
@@ -148,7 +148,7 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     result.model.CopyFrom(model)
     del result.model.graph.node[:]
     for node in model.graph.node:
-        rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if rule is None:
             result.model.graph.node.append(node)
             continue

@@ -1,4 +1,5 @@
-"""``onnx.reference.ReferenceEvaluator`` with the domain's operators preloaded."""
+"""``onnx.reference.ReferenceEvaluator`` with the domain's operators preloaded: the plain
+implementations of :mod:`dml_onnx.reference_ops`, not the kernels."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from dml_onnx.ops import OPERATORS
 
 
 def _op_class(definition: OpDefinition) -> type[OpRun]:
-    """An ``OpRun`` subclass named like the op type that calls the operator's kernel."""
+    """An ``OpRun`` subclass named like the op type that calls the operator's plain
+    reference implementation."""
 
     def _run(self: OpRun, *inputs: np.ndarray | None, **_: Any) -> tuple:
         node = self.onnx_node
         attributes = definition.node_attributes(node)
         present = [i < len(node.output) and bool(node.output[i])
                    for i in range(len(definition.outputs))]
-        outputs = definition.run_kernel(list(inputs), attributes, node_label(node), present)
+        outputs = definition.run_reference(list(inputs), attributes, node_label(node), present)
         # onnx.reference wants a tensor even for an omitted ("") output
         return tuple(np.zeros(0) if o is None else o for o in outputs[:len(node.output)])
 
@@ -37,8 +39,10 @@ OP_CLASSES: tuple[type[OpRun], ...] = tuple(_op_class(d) for d in OPERATORS)
 class ReferenceEvaluator(_OnnxReferenceEvaluator):
     """``onnx.reference.ReferenceEvaluator`` that also runs every ``dml_onnx`` operator.
 
-    A model's ``dml_onnx`` functions (the standard-op fallbacks) are ignored: the domain's
-    kernels run instead.
+    Each ``dml_onnx`` node runs the operator's plain implementation
+    (:mod:`dml_onnx.reference_ops`): independent of the kernels that sessions run, exact, and
+    slow (small inputs). A model's ``dml_onnx`` functions (the standard-op fallbacks) are
+    ignored.
     """
 
     def __init__(self, proto: Any, *args: Any, new_ops: list[type[OpRun]] | None = None,

@@ -47,13 +47,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime_extensions import PyCustomOpDef, _ocos, get_library_path
+from onnxruntime_extensions import PyCustomOpDef, get_library_path
 
 from custom_ops import KernelError
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import element_types, reject_nested
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
+from dml_onnx.private_api import declare_pyop, extension_hook, install_hook, session_run
 from dml_onnx.schemas import register_schemas
 
 RUNTIME_DOMAIN = "dml_onnx.runtime"
@@ -140,19 +141,15 @@ def register_runtime_ops() -> None:
                 for parameter in definition.outputs:
                     outputs += [_PYOP_TYPES[types[parameter.type]][1],
                                 *([PyCustomOpDef.dt_int64] if guarded else [])]
-                opdef = _ocos.Opdef.create(
-                    _never_called, op_type=f"{RUNTIME_DOMAIN}::{op_type}",
-                    inputs=[_PYOP_TYPES[types[p.type]][1] for p in definition.inputs],
-                    outputs=outputs, attrs={"config": PyCustomOpDef.dt_string})
-                _VARIANTS_BY_ID[opdef._id] = _Variant(
+                op_id = declare_pyop(
+                    f"{RUNTIME_DOMAIN}::{op_type}",
+                    [_PYOP_TYPES[types[p.type]][1] for p in definition.inputs],
+                    outputs, {"config": PyCustomOpDef.dt_string})
+                _VARIANTS_BY_ID[op_id] = _Variant(
                     definition,
                     tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs),
                     guarded)
-        PyCustomOpDef.install_hooker(_invoke)
-
-
-def _never_called(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - the hook runs kernels
-    raise AssertionError("dml_onnx runtime ops run through the dml_onnx hook")
+        install_hook(_invoke)
 
 
 @dataclass(frozen=True)
@@ -185,7 +182,7 @@ def _parse_config(config: str) -> _Call:
 def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
     variant = _VARIANTS_BY_ID.get(k_id)
     if variant is None:  # somebody else's PyOp: the extension's own hook
-        return _ocos._on_pyop_invocation(k_id, feed, attributes)
+        return extension_hook(k_id, feed, attributes)
     try:
         return (k_id, *_run_call(_parse_config(attributes["config"]), feed, variant))
     except Exception as exc:  # noqa: BLE001 - an exception here would end the process
@@ -459,9 +456,7 @@ class InferenceSession:
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 4  # a failed kernel is raised, not logged
-        # onnxruntime's session object itself: the Python wrapper's run() only re-checks the
-        # feed names, which the C++ run checks too, at a cost of microseconds per call.
-        self._run = getattr(self._session, "_sess", self._session).run
+        self._run = session_run(self._session)
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
             run_options: ort.RunOptions | None = None) -> list[Any]:

@@ -1,10 +1,14 @@
-"""Run one standard ONNX node on onnxruntime's own CPU kernels: the native oracles of the tests."""
+"""Run one standard ONNX node on onnxruntime's own CPU kernels: the native oracles of the tests;
+and compare outputs with the reference's within the conformance tolerance."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
+
+from dml_onnx.conformance import Case, Tolerance, compare
 
 IR_VERSION = 10
 
@@ -41,3 +45,13 @@ def run_native(op_type: str, inputs: list[np.ndarray], *, opset: int, n_outputs:
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+
+
+def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """``got`` (kernel outputs) equals ``want`` (the reference's) within the tolerance a
+    conformance case of ``want`` would have: exact for integers, a few units in the last place
+    of the largest float output."""
+    expected = {str(k): w for k, w in enumerate(want)}
+    case = Case("", onnx.ModelProto(), {}, expected, Tolerance.for_outputs(list(want)))
+    outcome = compare(case, {str(k): g for k, g in enumerate(got)})
+    assert outcome.passed, outcome.problems

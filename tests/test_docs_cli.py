@@ -3,12 +3,16 @@ conformance models."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -38,27 +42,50 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
+def _console_script() -> Path:
+    """The installed ``dml-onnx`` script, found from this interpreter's install scheme (a
+    venv need not be activated, nor the script be on ``PATH``)."""
+    name = "dml-onnx.exe" if os.name == "nt" else "dml-onnx"
+    places = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts")),
+              Path(sysconfig.get_path("scripts", f"{os.name}_user"))]
+    found = [place / name for place in places if (place / name).is_file()]
+    assert found, f"the console script {name} is not installed in any of {places}"
+    return found[0]
+
+
 def test_console_script_and_module_are_the_same_command():
-    script = shutil.which("dml-onnx")
-    assert script, "the console script dml-onnx is not installed"
-    by_script = _cli(script, "operators")
+    (entry,) = metadata.entry_points(group="console_scripts", name="dml-onnx")
+    assert entry.value == "dml_onnx.cli:main"
+    by_script = _cli(str(_console_script()), "operators")
     by_module = _cli(sys.executable, "-m", "dml_onnx", "operators")
     assert by_script.returncode == by_module.returncode == 0
     assert by_script.stdout == by_module.stdout == docs.operator_reference() + "\n"
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("test_*/**/*"))
             if p.is_file()}
 
 
 def test_committed_conformance_suite_is_current(tmp_path):
-    """Regenerating the suite gives byte-identical files: the committed one is not stale."""
+    """A fresh export equals the committed suite: the same cases and files, byte-identical
+    models and inputs, the same output names, types and shapes, tolerances equal to a few
+    float32 units and output values within each case's own tolerance (the reference's float
+    arithmetic may round differently on another machine or library version)."""
     conformance.export_suite(tmp_path)
-    committed = {name: data for name, data in _tree(ROOT / "models").items()
-                 if name.startswith("test_")}
-    assert sorted(committed) == sorted(_tree(tmp_path)), "run: dml-onnx conformance export"
-    stale = [name for name, data in _tree(tmp_path).items() if committed[name] != data]
+    committed, fresh = _tree(ROOT / "models"), _tree(tmp_path)
+    assert sorted(committed) == sorted(fresh), "run: dml-onnx conformance export"
+    exact = [name for name in fresh if not Path(name).name.startswith(("output_", "config"))]
+    assert [name for name in exact if committed[name] != fresh[name]] == [], \
+        "run: dml-onnx conformance export"
+    stale = []
+    for folder in sorted({Path(name).parts[0] for name in fresh}):
+        old, new = (conformance.load_case(root / folder) for root in (ROOT / "models", tmp_path))
+        assert np.allclose([new.tolerance.absolute, new.tolerance.relative],
+                           [old.tolerance.absolute, old.tolerance.relative], rtol=2 ** -20,
+                           atol=0), f"{folder}: tolerance changed; run: dml-onnx conformance export"
+        outcome = conformance.compare(old, new.expected)
+        stale += [f"{folder}: {problem}" for problem in outcome.problems]
     assert stale == [], "run: dml-onnx conformance export"
 
 

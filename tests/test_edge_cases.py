@@ -1,6 +1,7 @@
-"""Edge cases against the plain-loop references of each operator's test module: one-pixel
-images, windows as large as the padded input, no regions (R = 0) and single images (N = 1),
-ROIs on exact .5 and integer coordinates, extreme spatial scales, every element type.
+"""Edge cases against the plain references of each operator (:mod:`dml_onnx.reference_ops`,
+or the operator's test module): one-pixel images, windows as large as the padded input, no
+regions (R = 0) and single images (N = 1), ROIs on exact .5 and integer coordinates, extreme
+spatial scales, every element type.
 
 The kernels run through ``OpDefinition.run_kernel`` (defaults filled in, the memory limit
 checked), as every session does.
@@ -16,10 +17,12 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._common import UINT32_MAX
-from tests.test_lp_pooling import loop_reference
+from dml_onnx.reference_ops.fold import fold as fold_reference
+from dml_onnx.reference_ops.lp_pooling import lp_pooling as lp_pooling_reference
+from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests.test_roi_align import ref_backward, ref_forward
 from tests.test_roi_pooling import reference as roi_pooling_reference
-from tests.test_unfold_fold import assert_fold_matches, fold_loop, random_array, unfold_loop
+from tests.test_unfold_fold import assert_fold_matches, random_array
 
 FLOAT_TYPES = [np.float16, np.float32, np.float64]
 INDEX_TYPES = [np.int64, np.int32, np.uint32, np.uint64]
@@ -155,10 +158,9 @@ def window_attributes(window, strides, dilations, start, end) -> dict[str, list[
 def test_lp_pooling_edges(geometry, dtype, p, seed):
     spatial, window, strides, dilations, start, end = geometry
     X = np.random.default_rng(seed).standard_normal((1, 2, *spatial)).astype(dtype)
-    (Y,) = run("LpPooling", [X], window_size=list(window), p=p,
-               **window_attributes(*geometry[1:]))
-    want = loop_reference(X, window, strides, start, end, dilations, p).astype(dtype)
-    close(Y, want)
+    attributes = window_attributes(*geometry[1:])
+    (Y,) = run("LpPooling", [X], window_size=list(window), p=p, **attributes)
+    close(Y, lp_pooling_reference(X, window_size=list(window), p=p, **attributes))
 
 
 @EDGES
@@ -167,8 +169,9 @@ def test_lp_pooling_edges(geometry, dtype, p, seed):
 def test_unfold_edges(geometry, dtype, seed):
     spatial, window, strides, dilations, start, end = geometry
     X = random_array(np.random.default_rng(seed), (1, 2, *spatial), dtype)
-    (Y,) = run("Unfold", [X], window_sizes=list(window), **window_attributes(*geometry[1:]))
-    want = unfold_loop(X, window, strides, dilations, start, end)
+    attributes = window_attributes(*geometry[1:])
+    (Y,) = run("Unfold", [X], window_sizes=list(window), **attributes)
+    want = unfold_reference(X, window_sizes=list(window), **attributes)
     assert Y.dtype == want.dtype
     np.testing.assert_array_equal(Y, want)
 
@@ -181,9 +184,10 @@ def test_fold_edges(geometry, dtype, seed):
               for o, w, s, d, a, b in zip(spatial, window, strides, dilations, start, end)]
     X = random_array(np.random.default_rng(seed),
                      (1, 2 * int(np.prod(window)), int(np.prod(blocks))), dtype)
-    (Y,) = run("Fold", [X], window_sizes=list(window), output_size=list(spatial),
-               **window_attributes(*geometry[1:]))
-    assert_fold_matches(Y, fold_loop(X, window, strides, dilations, start, end, spatial))
+    attributes = window_attributes(*geometry[1:])
+    (Y,) = run("Fold", [X], window_sizes=list(window), output_size=list(spatial), **attributes)
+    assert_fold_matches(Y, fold_reference(X, window_sizes=list(window), output_size=list(spatial),
+                                          **attributes))
 
 
 def test_the_strategies_reach_the_edges():

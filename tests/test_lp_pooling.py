@@ -1,9 +1,8 @@
-"""LpPooling kernel against onnxruntime's native LpPool (opset 18), a plain-loop reference
-written from the spec, and the spec's errors."""
+"""LpPooling kernel against onnxruntime's native LpPool (opset 18), the plain reference
+(:mod:`dml_onnx.reference_ops.lp_pooling`), and the spec's errors."""
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -12,26 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_ops.lp_pooling import lp_pooling
+from dml_onnx.reference_ops.lp_pooling import lp_pooling as reference
 from tests.native import run_native
-
-
-def loop_reference(x: np.ndarray, window, strides, start, end, dilations, p) -> np.ndarray:
-    """Spec section 4, one output element at a time, in float64."""
-    k = len(window)
-    spatial = x.shape[2:]
-    counts = [(spatial[d] + start[d] + end[d] - dilations[d] * (window[d] - 1) - 1)
-              // strides[d] + 1 for d in range(k)]
-    out = np.zeros((*x.shape[:2], *counts))
-    for n, c in itertools.product(range(x.shape[0]), range(x.shape[1])):
-        for o in itertools.product(*(range(b) for b in counts)):
-            total = 0.0
-            for tap in itertools.product(*(range(w) for w in window)):
-                position = [o[d] * strides[d] - start[d] + tap[d] * dilations[d]
-                            for d in range(k)]
-                if all(0 <= position[d] < spatial[d] for d in range(k)):
-                    total += abs(float(x[(n, c, *position)])) ** p
-            out[(n, c, *o)] = total ** (1.0 / p)
-    return out
 
 
 def _attributes(window, strides=None, start=None, end=None, dilations=None, p=2) -> dict:
@@ -68,12 +49,7 @@ def test_matches_onnxruntime_lppool(spatial, window, start, end, dilations, p, s
     want = _native(x, a)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
-    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=2e-6, atol=1e-6)
-
-
-def _loop_args(a: dict) -> dict:
-    return {"window": a["window_size"], "strides": a["strides"], "start": a["start_padding"],
-            "end": a["end_padding"], "dilations": a["dilations"], "p": a["p"]}
+    np.testing.assert_allclose(got, reference(x, **a), rtol=2e-6, atol=1e-6)
 
 
 def test_absolute_value_not_signed_sum():
@@ -111,7 +87,7 @@ def test_float64_keeps_double_precision():
     a = _attributes([3], dilations=[2], p=3)
     got = lp_pooling(x, **a)
     assert got.dtype == np.float64
-    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=1e-13)
+    np.testing.assert_allclose(got, reference(x, **a), rtol=1e-13)
 
 
 def test_huge_p_overflows_like_the_formula():
@@ -142,8 +118,7 @@ def test_property_matches_loop_reference(data, k, p, dtype):
     a = _attributes(window, strides, start, end, dilations, p)
     got = lp_pooling(x, **a)
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(got, loop_reference(x, **_loop_args(a)), rtol=tolerance,
-                               atol=tolerance)
+    np.testing.assert_allclose(got, reference(x, **a), rtol=tolerance, atol=tolerance)
 
 
 ERRORS = [

@@ -19,6 +19,7 @@ from custom_ops import _common
 from dml_onnx import cli
 from tests import bad_inputs
 from tests.bad_inputs import BUILD, CASES, CHECK, CHECKER, LAYERS, LOAD, RUN, BadInput, limited
+from tests.native import assert_matches_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,8 +103,7 @@ def test_session_run_raises_then_keeps_working(case):
         with limited(case):
             got = session.run(None, valid)
             want = dml_onnx.ReferenceEvaluator(case.runtime_model()).run(None, valid)
-        for a, b in zip(got, want):
-            np.testing.assert_array_equal(a, b)
+        assert_matches_reference(got, want)
 
 
 def test_valid_models_have_no_problems(tmp_path, capsys):
@@ -276,6 +276,7 @@ def test_eight_threads_mixed_valid_and_invalid_runs_on_one_session(op):
     model = BadInput("shared", op, "", "", frozenset()).runtime_model()
     session = dml_onnx.InferenceSession(model)
     reference = dml_onnx.ReferenceEvaluator(model)
+    alone = dml_onnx.InferenceSession(model)
     invalid = [c for c in CASES if c.op == op and RUN in c.layers and c.memory_limit is None
                and c.all_attributes() == base.attributes and c.outputs == (True,)
                and all(a.dtype == base.inputs[n].dtype for n, a in c.feeds().items())]
@@ -283,7 +284,9 @@ def test_eight_threads_mixed_valid_and_invalid_runs_on_one_session(op):
     rng = np.random.default_rng(7)
     valid = [{n: (a * rng.uniform(0.5, 2)).astype(a.dtype) if a.dtype.kind == "f" else a
               for n, a in base.inputs.items()} for _ in range(8)]
-    wants = [reference.run(None, feeds) for feeds in valid]
+    wants = [alone.run(None, feeds) for feeds in valid]  # threads must not change a bit
+    for feeds, want in zip(valid, wants):
+        assert_matches_reference(want, reference.run(None, feeds))
     failures: list[str] = []
 
     def work(index: int) -> None:

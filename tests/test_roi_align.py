@@ -1,8 +1,9 @@
 """Numeric tests of the RoiAlign1 and RoiAlignGrad kernels (specification sections 2 and 3).
 
 Oracles: the worked examples of the DML page, onnxruntime's native RoiAlign (opset 16) on the
-subset it shares with RoiAlign1, a slow scalar-loop reference written straight from the spec
-(below, independent of the kernels), the adjoint identity, and central finite differences.
+subset it shares with RoiAlign1, the package's plain references written straight from the spec
+(:mod:`dml_onnx.reference_ops.roi_align1` and ``.roi_align_grad``, independent of the kernels),
+the adjoint identity, and central finite differences.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import custom_ops.roi_align_grad as grad_module
 from custom_ops._common import UINT32_MAX, KernelError
 from custom_ops.roi_align1 import roi_align1
 from custom_ops.roi_align_grad import roi_align_grad
+from dml_onnx.reference_ops.roi_align1 import roi_align1 as reference_forward
+from dml_onnx.reference_ops.roi_align_grad import roi_align_grad as reference_backward
 from tests.native import run_native
 
 DEFAULTS = dict(reduction_function="average", interpolation_mode="linear",
@@ -27,156 +30,27 @@ DEFAULTS = dict(reduction_function="average", interpolation_mode="linear",
                 maximum_samples_per_output=UINT32_MAX, align_regions_to_corners=0)
 
 
-def forward(X, rois, batch, output_size, out_of_bounds_input_value=0.0, node="ra", **attrs):
-    return roi_align1(X, rois, batch, output_size=list(output_size),
-                      out_of_bounds_input_value=out_of_bounds_input_value, node=node,
-                      **{**DEFAULTS, **attrs})
+def forward(X, rois, batch, output_size, out_of_bounds_input_value=0.0, node="ra", *,
+            implementation=roi_align1, **attrs):
+    return implementation(X, rois, batch, output_size=list(output_size),
+                          out_of_bounds_input_value=out_of_bounds_input_value, node=node,
+                          **{**DEFAULTS, **attrs})
 
 
-def backward(X, dY, rois, batch, *, dx=True, drois=True, input_shape=(), node="rag", **attrs):
-    return roi_align_grad(X, dY, rois, batch, input_shape=list(input_shape), compute_dx=dx,
+def backward(X, dY, rois, batch, *, dx=True, drois=True, input_shape=(), node="rag",
+             implementation=roi_align_grad, **attrs):
+    return implementation(X, dY, rois, batch, input_shape=list(input_shape), compute_dx=dx,
                           compute_drois=drois, node=node, **{**DEFAULTS, **attrs})
 
 
-# ----------------------------------------------------------------------------------------------
-# the scalar-loop reference, straight from the spec
+def ref_forward(*args, **kwargs):
+    """:func:`forward` through the package reference."""
+    return forward(*args, implementation=reference_forward, **kwargs)
 
 
-def ref_axis(first, last, scale, outputs, attrs, ct):
-    """Samples along one axis: ``n`` and a list of ``(t, coordinate)``, spec section 2."""
-    s1 = ct(first) * ct(scale)
-    size = ct(last) * ct(scale) - s1
-    n = float(np.ceil(np.abs(size) / ct(outputs)))
-    n = int(min(max(n, attrs["minimum_samples_per_output"]),
-                attrs["maximum_samples_per_output"]))
-    total = outputs * n
-    samples = []
-    for s in range(total):
-        if not attrs["align_regions_to_corners"]:
-            t = (ct(s) - ct(attrs["output_pixel_offset"])) / ct(total)
-        elif total > 1:
-            t = (ct(s) - ct(attrs["output_pixel_offset"])) / ct(total - 1)
-        else:
-            t = ct(0.5)
-        samples.append((t, s1 + t * size - ct(attrs["input_pixel_offset"])))
-    return n, samples
-
-
-def ref_corners(yc, xc, height, width, linear):
-    """``[(y, x, weight)]`` of one in-bounds sample, plus the clamped coordinates."""
-    yc, xc = min(max(yc, 0), height - 1), min(max(xc, 0), width - 1)
-    if not linear:
-        y = min(math.floor(yc + 0.5), height - 1)
-        x = min(math.floor(xc + 0.5), width - 1)
-        return [(y, x, 1)], yc, xc
-    y0, x0 = math.floor(yc), math.floor(xc)
-    y1, x1 = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
-    ly, lx = yc - y0, xc - x0
-    return [(y0, x0, (1 - ly) * (1 - lx)), (y0, x1, (1 - ly) * lx),
-            (y1, x0, ly * (1 - lx)), (y1, x1, ly * lx)], yc, xc
-
-
-def ref_regions(X_shape, rois, batch, output_size, attrs, ct):
-    """Per region and output ``(oy, ox)``: the list of its samples, row-major, each
-    ``(inside, corners, (ty, yc, tx, xc, yc_raw, xc_raw))``."""
-    _, _, height, width = X_shape
-    oh, ow = output_size
-    boxes = rois.reshape(-1, 4)
-    for r, b in enumerate(batch.reshape(-1).tolist()):
-        x1, y1, x2, y2 = boxes[r].tolist()
-        ny, ys = ref_axis(y1, y2, attrs["spatial_scale_y"], oh, attrs, ct)
-        nx, xs = ref_axis(x1, x2, attrs["spatial_scale_x"], ow, attrs, ct)
-        bins = {}
-        for oy in range(oh):
-            for ox in range(ow):
-                found = []
-                for jy in range(ny):
-                    ty, yc = ys[oy * ny + jy]
-                    for jx in range(nx):
-                        tx, xc = xs[ox * nx + jx]
-                        inside = not (yc < -1 or yc > height or xc < -1 or xc > width)
-                        corners, cy, cx = ref_corners(yc, xc, height, width,
-                                                      attrs["interpolation_mode"] == "linear")
-                        found.append((inside, corners, (ty, cy, tx, cx, yc, xc)))
-                bins[oy, ox] = found
-        yield r, b, ny * nx, bins
-
-
-def ref_value(P, inside, corners, out_of_bounds, ct):
-    if not inside:
-        return ct(out_of_bounds)
-    if len(corners) == 1:
-        y, x, _ = corners[0]
-        return P[y, x]
-    total = ct(0)
-    for y, x, w in corners:
-        total = total + w * P[y, x]
-    return total
-
-
-@np.errstate(invalid="ignore")
-def ref_forward(X, rois, batch, output_size, out_of_bounds_input_value=0.0, **attrs):
-    attrs = {**DEFAULTS, **attrs}
-    ct = np.float64 if X.dtype == np.float64 else np.float32
-    Xc = X.astype(ct)
-    Y = np.zeros((batch.size, X.shape[1], *output_size), ct)
-    for r, b, count, bins in ref_regions(X.shape, rois, batch, output_size, attrs, ct):
-        for c in range(X.shape[1]):
-            for (oy, ox), found in bins.items():
-                values = [ref_value(Xc[b, c], inside, corners, out_of_bounds_input_value, ct)
-                          for inside, corners, _ in found]
-                if attrs["reduction_function"] == "average":
-                    total = ct(0)
-                    for v in values:
-                        total = total + v
-                    Y[r, c, oy, ox] = total / ct(count)
-                else:
-                    Y[r, c, oy, ox] = np.max(values)
-    return Y.astype(X.dtype)
-
-
-@np.errstate(invalid="ignore")
-def ref_backward(X, dY, rois, batch, input_shape=None, **attrs):
-    """``(dX, drois)`` per spec section 3, sample by sample."""
-    attrs = {**DEFAULTS, **attrs}
-    shape = X.shape if X is not None else tuple(input_shape)
-    ct = np.float64 if dY.dtype == np.float64 else np.float32
-    Xc = X.astype(ct) if X is not None else None
-    dX = np.zeros(shape, ct)
-    drois = np.zeros((batch.size, 4), ct)
-    linear = attrs["interpolation_mode"] == "linear"
-    sx, sy = ct(attrs["spatial_scale_x"]), ct(attrs["spatial_scale_y"])
-    height, width = shape[2:]
-    for r, b, count, bins in ref_regions(shape, rois, batch, dY.shape[2:], attrs, ct):
-        for c in range(shape[1]):
-            for (oy, ox), found in bins.items():
-                g = ct(dY[r, c, oy, ox])
-                if attrs["reduction_function"] == "average":
-                    chosen = [(k, g / ct(count)) for k in range(len(found))]
-                else:
-                    values = [ref_value(Xc[b, c], inside, corners, 0.0, ct)
-                              for inside, corners, _ in found]
-                    chosen = [(int(np.argmax(values)), g)]
-                for k, w in chosen:
-                    inside, corners, (ty, yc, tx, xc, y_raw, x_raw) = found[k]
-                    if not inside:
-                        continue
-                    for y, x, weight in corners:
-                        dX[b, c, y, x] += w * weight
-                    if not linear or Xc is None:
-                        continue
-                    P = Xc[b, c]
-                    y0, y1, x0, x1 = math.floor(yc), math.ceil(yc), math.floor(xc), math.ceil(xc)
-                    ly, lx = yc - y0, xc - x0
-                    g_x = w * ((1 - ly) * (P[y0, x1] - P[y0, x0]) + ly * (P[y1, x1] - P[y1, x0]))
-                    g_y = w * ((1 - lx) * (P[y1, x0] - P[y0, x0]) + lx * (P[y1, x1] - P[y0, x1]))
-                    if 0 <= x_raw <= width - 1:
-                        drois[r, 0] += g_x * sx * (1 - tx)
-                        drois[r, 2] += g_x * sx * tx
-                    if 0 <= y_raw <= height - 1:
-                        drois[r, 1] += g_y * sy * (1 - ty)
-                        drois[r, 3] += g_y * sy * ty
-    return dX.astype(dY.dtype), drois.astype(rois.dtype).reshape(rois.shape)
+def ref_backward(*args, **kwargs):
+    """:func:`backward` through the package reference."""
+    return backward(*args, implementation=reference_backward, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,8 +127,8 @@ def test_seed_gradient_with_default_offsets_and_without_x():
     expected = [[0, 0, 0, 0], [1, 5, 4, 11], [0, 0, 0, 0], [7, 17, 10, 23]]
     np.testing.assert_array_equal(dX[0, 0], np.array(expected, np.float32))
     assert drois is None
-    ref_dx, _ = ref_backward(None, SEED_DY, SEED_ROIS, SEED_BATCH, input_shape=(1, 1, 4, 4),
-                             output_pixel_offset=-0.5, **SEED_ATTRS)
+    ref_dx, _ = ref_backward(None, SEED_DY, SEED_ROIS, SEED_BATCH, drois=False,
+                             input_shape=(1, 1, 4, 4), output_pixel_offset=-0.5, **SEED_ATTRS)
     np.testing.assert_array_equal(dX, ref_dx)
 
 
@@ -299,7 +173,7 @@ def test_matches_onnxruntime_on_float64():
 
 
 # ----------------------------------------------------------------------------------------------
-# the scalar-loop reference, every attribute combination
+# the package reference, every attribute combination
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))

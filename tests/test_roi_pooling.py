@@ -1,7 +1,8 @@
 """Numeric tests of the RoiPooling kernel (spec section 1).
 
-Two oracles: a slow loop reference written straight from the spec formulas (Python scalars and
-ints), and onnxruntime's native ``MaxRoiPool``. onnxruntime computes the bin edges as
+Two oracles: the plain reference of the package (:mod:`dml_onnx.reference_ops.roi_pooling`,
+Python scalars and ints straight from the spec formulas), and onnxruntime's native
+``MaxRoiPool``. onnxruntime computes the bin edges as
 ``floor(p * float32(size / P))`` and ``ceil(...)`` in float32, where the spec uses exact integer
 division; the two differ for a few region sizes (e.g. 57 rows in 7 bins). The ORT comparisons
 therefore skip the ROIs whose float32 edges differ from the integer ones, and one test pins that
@@ -19,29 +20,18 @@ from hypothesis import strategies as st
 
 import custom_ops.roi_pooling as roi_module
 from custom_ops.roi_pooling import check_attributes, roi_pooling
+from dml_onnx.reference_ops.roi_pooling import bin_edges, region_corners
+from dml_onnx.reference_ops.roi_pooling import roi_pooling as reference_roi_pooling
 from tests.native import run_native
 
 # ---------------------------------------------------------------------------------------------
-# Loop reference, from the spec formulas
+# The package reference, and onnxruntime's bin edges
 
 
-def c_round(v: float) -> int:
-    """C ``round``: half away from zero, exact for every float."""
-    a = abs(v)
-    whole = math.floor(a)
-    if a - whole >= 0.5:
-        whole += 1
-    return int(whole) if v >= 0 else -int(whole)
-
-
-def spec_edges(lo: int, hi: int, pooled: int, limit: int) -> list[tuple[int, int]]:
-    size = max(hi - lo + 1, 1)
-    edges = []
-    for p in range(pooled):
-        start = (p * size) // pooled + lo
-        end = ((p + 1) * size + pooled - 1) // pooled + lo
-        edges.append((min(max(start, 0), limit), min(max(end, 0), limit)))
-    return edges
+def reference(X, rois, pooled_size, spatial_scale=1.0) -> np.ndarray:
+    """Y of :mod:`dml_onnx.reference_ops.roi_pooling`."""
+    return reference_roi_pooling(X, rois, pooled_size=list(pooled_size),
+                                 spatial_scale=spatial_scale)
 
 
 def ort_edges(lo: int, hi: int, pooled: int, limit: int) -> list[tuple[int, int]]:
@@ -56,55 +46,14 @@ def ort_edges(lo: int, hi: int, pooled: int, limit: int) -> list[tuple[int, int]
     return edges
 
 
-def corners(row, spatial_scale: float, dtype) -> list[int]:
-    """The four rounded corners of one ROI row; the product in float32, or float64 for double."""
-    ftype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
-    return [c_round(float(ftype(v) * ftype(spatial_scale))) for v in row[1:]]
-
-
-def reference(X, rois, pooled_size, spatial_scale=1.0, edges=spec_edges) -> np.ndarray:
-    X = np.asarray(X)
-    n, c_count, h, w = X.shape
-    ph_count, pw_count = pooled_size
-    rows = np.asarray(rois).reshape(-1, 5)
-    data = X.astype(np.float64).tolist()
-    out = np.zeros((len(rows), c_count, ph_count, pw_count), np.float64)
-    for r, row in enumerate(rows):
-        b = math.trunc(float(row[0]))
-        assert 0 <= b < n
-        x1, y1, x2, y2 = corners(row, spatial_scale, X.dtype)
-        h_edges = edges(y1, y2, ph_count, h)
-        w_edges = edges(x1, x2, pw_count, w)
-        for c in range(c_count):
-            plane = data[b][c]
-            for ph, (hs, he) in enumerate(h_edges):
-                for pw, (ws, we) in enumerate(w_edges):
-                    if he <= hs or we <= ws:
-                        out[r, c, ph, pw] = 0.0
-                        continue
-                    best = -math.inf
-                    for y in range(hs, he):
-                        for x in range(ws, we):
-                            v = plane[y][x]
-                            if math.isnan(v):
-                                best = math.nan
-                                break
-                            best = max(best, v)
-                        if math.isnan(best):
-                            break
-                    out[r, c, ph, pw] = best
-    # float16 is computed in float32 and rounded once; max picks an input value, so exact.
-    return out.astype(X.dtype)
-
-
 def spec_agrees_with_ort(rois, pooled_size, spatial_scale, h, w) -> np.ndarray:
     """Per ROI: do the spec's integer bin edges equal onnxruntime's float32 ones?"""
     ph_count, pw_count = pooled_size
     keep = []
     for row in np.asarray(rois).reshape(-1, 5):
-        x1, y1, x2, y2 = corners(row, spatial_scale, np.float32)
-        keep.append(spec_edges(y1, y2, ph_count, h) == ort_edges(y1, y2, ph_count, h)
-                    and spec_edges(x1, x2, pw_count, w) == ort_edges(x1, x2, pw_count, w))
+        x1, y1, x2, y2 = region_corners(row, spatial_scale, np.float32)
+        keep.append(bin_edges(y1, y2, ph_count, h) == ort_edges(y1, y2, ph_count, h)
+                    and bin_edges(x1, x2, pw_count, w) == ort_edges(x1, x2, pw_count, w))
     return np.array(keep, dtype=bool)
 
 
@@ -257,7 +206,7 @@ def test_native_larger_feature_map():
 
 def test_spec_integer_edges_differ_from_ort_float_edges():
     # 57 rows in 7 bins: ORT's last bin ends at ceil(7 * float32(57/7)) = 58, the spec's at 57.
-    assert spec_edges(0, 56, 7, 100)[-1] == (48, 57)
+    assert bin_edges(0, 56, 7, 100)[-1] == (48, 57)
     assert ort_edges(0, 56, 7, 100)[-1] == (48, 58)
     rng = np.random.default_rng(5)
     X = rng.standard_normal((1, 2, 64, 64)).astype(np.float32)
@@ -266,9 +215,12 @@ def test_spec_integer_edges_differ_from_ort_float_edges():
     y = roi_pooling(X, rois, pooled_size=[7, 7])
     assert_same(y, reference(X, rois, [7, 7]))
     assert np.all(y < 100)
-    # onnxruntime matches the same loop with its float32 edges, and reads the row below.
+    # onnxruntime takes the maxima over its float32 edges, and reads the row below.
     ort = native(X, rois, [7, 7])
-    assert_same(ort, reference(X, rois, [7, 7], edges=ort_edges))
+    edges = ort_edges(0, 56, 7, 64)
+    maxima = [[[X[0, c, hs:he, ws:we].max() for ws, we in edges] for hs, he in edges]
+              for c in range(2)]
+    assert_same(ort, np.array([maxima], np.float32))
     assert np.all(ort[0, :, 6, :] == 100) and np.all(ort[0, :, :6, :6] == y[0, :, :6, :6])
 
 

@@ -1,7 +1,8 @@
 """Numeric tests of the Unfold and Fold kernels (spec sections 5 and 6).
 
-Oracles: the two DML seed examples, slow plain-loop references written from the spec formula,
-onnxruntime's native Col2Im (opset 18) for Fold, and the adjoint identity between the two ops.
+Oracles: the two DML seed examples, the plain references written from the spec formula
+(:mod:`dml_onnx.reference_ops`), onnxruntime's native Col2Im (opset 18) for Fold, and the adjoint
+identity between the two ops.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from custom_ops.fold import fold
 from custom_ops.unfold import check_attributes as unfold_check_attributes
 from custom_ops.unfold import unfold
 from dml_onnx.ops import unfold as seeds
+from dml_onnx.reference_ops.fold import fold as fold_reference
+from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests.native import run_native
 
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -27,7 +30,7 @@ NUMERIC_TYPES = INT_TYPES + FLOAT_TYPES
 
 
 # ----------------------------------------------------------------------------------------------
-# Plain-loop references, straight from the spec formula (independent of the kernels' code).
+# Helpers.
 
 def _unravel(index: int, sizes: tuple[int, ...]) -> list[int]:
     """Row-major multi-index of ``index`` in a grid of ``sizes``."""
@@ -43,25 +46,6 @@ def _blocks(spatial, w, s, d, a, e) -> tuple[int, ...]:
                  for i in range(len(w)))
 
 
-def unfold_loop(x, w, s, d, a, e):
-    """Y[n, c*W + kidx, bidx] = Xpad[n, c, b*stride + k*dilation] by explicit loops."""
-    n_, c_ = x.shape[:2]
-    spatial = x.shape[2:]
-    blocks = _blocks(spatial, w, s, d, a, e)
-    taps, length = math.prod(w), math.prod(blocks)
-    y = np.zeros((n_, c_ * taps, length), dtype=x.dtype)
-    for n in range(n_):
-        for c in range(c_):
-            for kidx in range(taps):
-                kk = _unravel(kidx, w)
-                for bidx in range(length):
-                    bb = _unravel(bidx, blocks)
-                    pos = [bb[i] * s[i] + kk[i] * d[i] - a[i] for i in range(len(w))]
-                    if all(0 <= p < size for p, size in zip(pos, spatial)):
-                        y[n, c * taps + kidx, bidx] = x[(n, c, *pos)]
-    return y
-
-
 def _wrap(total: int, dtype: np.dtype):
     """An exact Python integer wrapped into ``dtype`` the way two's-complement addition wraps."""
     info = np.iinfo(dtype)
@@ -71,42 +55,6 @@ def _wrap(total: int, dtype: np.dtype):
         total -= modulus
     return total
 
-
-def fold_loop(x, w, s, d, a, e, out_size):
-    """Y[n, c, b*stride + k*dilation - start] += X[n, c*W + kidx, bidx] by explicit loops.
-
-    Integers are summed exactly and wrapped at the end; float16 is summed in float32 and
-    rounded once; other floats are summed in their own type.
-    """
-    dtype = np.dtype(x.dtype)
-    blocks = _blocks(out_size, w, s, d, a, e)
-    taps, length = math.prod(w), math.prod(blocks)
-    n_, c_ = x.shape[0], x.shape[1] // taps
-    exact = dtype.kind in "iu"
-    acc = np.dtype(np.float32) if dtype == np.float16 else dtype
-    sums = {}
-    for n in range(n_):
-        for c in range(c_):
-            for kidx in range(taps):
-                kk = _unravel(kidx, w)
-                for bidx in range(length):
-                    bb = _unravel(bidx, blocks)
-                    pos = tuple(bb[i] * s[i] + kk[i] * d[i] - a[i] for i in range(len(w)))
-                    if all(0 <= p < size for p, size in zip(pos, out_size)):
-                        value = x[n, c * taps + kidx, bidx]
-                        key = (n, c, *pos)
-                        if exact:
-                            sums[key] = sums.get(key, 0) + int(value)
-                        else:
-                            sums[key] = acc.type(sums.get(key, acc.type(0)) + acc.type(value))
-    y = np.zeros((n_, c_, *out_size), dtype=acc)
-    for key, total in sums.items():
-        y[key] = _wrap(total, dtype) if exact else total
-    return y.astype(dtype)
-
-
-# ----------------------------------------------------------------------------------------------
-# Helpers.
 
 def attrs(w, s=(), d=(), a=(), e=()):
     return dict(window_sizes=list(w), strides=list(s), dilations=list(d),
@@ -215,8 +163,7 @@ def test_unfold_matches_loop_reference(case):
     rng = np.random.default_rng(11)
     x = rng.integers(-1000, 1000, size=(2, 3, *spatial)).astype(np.int64)
     got = unfold(x, **attrs(w, s, d, a, e))
-    k = len(w)
-    want = unfold_loop(x, w, filled(s, k, 1), filled(d, k, 1), filled(a, k, 0), filled(e, k, 0))
+    want = unfold_reference(x, **attrs(w, s, d, a, e))
     assert got.dtype == x.dtype
     np.testing.assert_array_equal(got, want)
 
@@ -229,10 +176,11 @@ def test_fold_matches_loop_reference(case):
     rng = np.random.default_rng(12)
     y = rng.integers(-1000, 1000, size=fold_shape(2, 3, w, s, d, a, e, spatial))
     got = fold(y, **attrs(w, s, d, a, e), output_size=list(spatial))
-    np.testing.assert_array_equal(got, fold_loop(y, w, s, d, a, e, spatial))
+    np.testing.assert_array_equal(got, fold_reference(y, **attrs(w, s, d, a, e),
+                                                      output_size=list(spatial)))
     yf = rng.standard_normal(y.shape)
     assert_fold_matches(fold(yf, **attrs(w, s, d, a, e), output_size=list(spatial)),
-                        fold_loop(yf, w, s, d, a, e, spatial))
+                        fold_reference(yf, **attrs(w, s, d, a, e), output_size=list(spatial)))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if any(c[4]) or any(c[5])], ids=_case_id)
@@ -258,7 +206,7 @@ def test_fold_drops_nan_and_inf_that_fall_into_padding(case):
     got = fold(poisoned, **attrs(w, s, d, a, e), output_size=list(spatial))
     assert np.isfinite(got).all()
     np.testing.assert_array_equal(got, fold(y, **attrs(w, s, d, a, e), output_size=list(spatial)))
-    assert_fold_matches(got, fold_loop(y, w, s, d, a, e, spatial))
+    assert_fold_matches(got, fold_reference(y, **attrs(w, s, d, a, e), output_size=list(spatial)))
 
 
 def test_unfold_and_fold_of_non_contiguous_input():
@@ -267,13 +215,12 @@ def test_unfold_and_fold_of_non_contiguous_input():
     assert not x.flags.c_contiguous
     for a in ((0, 0), (1, 2)):
         got = unfold(x, **attrs([2, 3], [1, 2], [2, 1], a, [0, 1]))
-        want = unfold_loop(np.ascontiguousarray(x), (2, 3), (1, 2), (2, 1), a, (0, 1))
+        want = unfold_reference(x, **attrs([2, 3], [1, 2], [2, 1], a, [0, 1]))
         np.testing.assert_array_equal(got, want)
     y = rng.integers(-50, 50, size=(20, 2, 9)).astype(np.int32).transpose(1, 0, 2)[:, ::2]
     assert not y.flags.c_contiguous
     got = fold(y, **attrs([2, 5]), output_size=[4, 7])
-    np.testing.assert_array_equal(got, fold_loop(y, (2, 5), (1, 1), (1, 1), (0, 0), (0, 0),
-                                                 (4, 7)))
+    np.testing.assert_array_equal(got, fold_reference(y, **attrs([2, 5]), output_size=[4, 7]))
 
 
 def test_empty_batch_and_channels():
@@ -390,7 +337,7 @@ def test_unfold_every_type_copies_exactly(dtype):
         x[0, 0, 0, :3] = [np.inf, -np.inf, np.nan]
         x[0, 1, 1, 1] = -0.0
     got = unfold(x, **attrs([2, 3], [1, 1], [2, 1], [1, 0], [0, 2]))
-    want = unfold_loop(x, (2, 3), (1, 1), (2, 1), (1, 0), (0, 2))
+    want = unfold_reference(x, **attrs([2, 3], [1, 1], [2, 1], [1, 0], [0, 2]))
     assert got.dtype == np.dtype(dtype)
     # bitwise: nan payloads, -0.0 and extreme integers survive unchanged
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
@@ -410,7 +357,7 @@ def test_fold_every_numeric_type(dtype):
     y = random_array(rng, fold_shape(2, 2, w, s, d, a, e, out), dtype)
     got = fold(y, **attrs(w, s, d, a, e), output_size=list(out))
     assert got.dtype == np.dtype(dtype)
-    assert_fold_matches(got, fold_loop(y, w, s, d, a, e, out))
+    assert_fold_matches(got, fold_reference(y, **attrs(w, s, d, a, e), output_size=list(out)))
 
 
 @pytest.mark.parametrize("dtype", INT_TYPES, ids=lambda t: np.dtype(t).name)
@@ -601,7 +548,7 @@ def test_unfold_property(geometry, n, c, dtype, data):
               start_padding=_maybe_default(data.draw, a, 0),
               end_padding=_maybe_default(data.draw, e, 0))
     got = unfold(x, **kw)
-    np.testing.assert_array_equal(got, unfold_loop(x, w, s, d, a, e))
+    np.testing.assert_array_equal(got, unfold_reference(x, **attrs(w, s, d, a, e)))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -612,7 +559,7 @@ def test_fold_property(geometry, n, c, dtype):
     y = random_array(np.random.default_rng(sum(spatial) + 3 * len(w)),
                      fold_shape(n, c, w, s, d, a, e, spatial), dtype)
     got = fold(y, **attrs(w, s, d, a, e), output_size=list(spatial))
-    assert_fold_matches(got, fold_loop(y, w, s, d, a, e, spatial))
+    assert_fold_matches(got, fold_reference(y, **attrs(w, s, d, a, e), output_size=list(spatial)))
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

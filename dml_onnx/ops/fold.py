@@ -35,6 +35,7 @@ from dml_onnx.ops._window import (
     write_output,
 )
 from dml_onnx.ops.unfold import WINDOW_SIZES
+from dml_onnx.reference_ops import fold as reference
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -177,6 +178,7 @@ DEFINITION = OpDefinition(
                 Attribute("output_size", "ints", "Spatial sizes [O1, ..., Ok] of Y.")),
     kernel=kernel.fold,
     check_attributes=kernel.check_attributes,
+    reference=reference.fold,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=_examples,

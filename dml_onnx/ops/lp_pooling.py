@@ -32,6 +32,7 @@ from dml_onnx.ops._window import (
     spatial_input,
     write_output,
 )
+from dml_onnx.reference_ops import lp_pooling as reference
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -129,6 +130,7 @@ DEFINITION = OpDefinition(
     ),
     kernel=kernel.lp_pooling,
     check_attributes=kernel.check_attributes,
+    reference=reference.lp_pooling,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=_examples,

@@ -22,6 +22,7 @@ from dml_onnx.definition import (
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
 from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, regions, to_compute
+from dml_onnx.reference_ops import roi_align1 as reference
 
 SAMPLING_ATTRIBUTES = (
     Attribute("reduction_function", "string", "How the samples of one output combine: "
@@ -250,6 +251,7 @@ DEFINITION = OpDefinition(
     ),
     kernel=kernel.roi_align1,
     check_attributes=kernel.check_attributes,
+    reference=reference.roi_align1,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=_examples,

@@ -37,6 +37,7 @@ from dml_onnx.ops.roi_align1 import (
     SEED_ROIS,
     roi_rows,
 )
+from dml_onnx.reference_ops import roi_align_grad as reference
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -257,6 +258,7 @@ DEFINITION = OpDefinition(
     ),
     kernel=kernel.roi_align_grad,
     check_attributes=kernel.check_attributes,
+    reference=reference.roi_align_grad,
     infer_shapes=_infer_shapes,
     kernel_options=lambda present: {"compute_dx": present[0], "compute_drois": present[1]},
     check_signature=_check_signature,

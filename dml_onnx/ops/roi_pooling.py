@@ -19,6 +19,7 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import roi_count, spatial_image
+from dml_onnx.reference_ops import roi_pooling as reference
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -287,6 +288,7 @@ DEFINITION = OpDefinition(
     ),
     kernel=kernel.roi_pooling,
     check_attributes=kernel.check_attributes,
+    reference=reference.roi_pooling,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=_examples,

@@ -30,6 +30,7 @@ from dml_onnx.ops._window import (
     sample,
     spatial_input,
 )
+from dml_onnx.reference_ops import unfold as reference
 
 WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
                                                  "(k values, k = 1..6).")
@@ -131,6 +132,7 @@ DEFINITION = OpDefinition(
     attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES),
     kernel=kernel.unfold,
     check_attributes=kernel.check_attributes,
+    reference=reference.unfold,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=_examples,

@@ -1,0 +1,153 @@
+"""What the RoiAlign1 and RoiAlignGrad references share (specification section 2): the sample
+grid of one region and the reading of one sample.
+
+Along x (y alike, with ``y1, y2, spatial_scale_y, H, OH``) region ``[x1, y1, x2, y2]`` is
+sampled at ``S = OW * n`` points::
+
+    sx1 = x1 * spatial_scale_x ; sx2 = x2 * spatial_scale_x ; size = sx2 - sx1
+    n    = clamp(ceil(|size| / OW), minimum_samples_per_output, maximum_samples_per_output)
+    t(s) = (s - output_pixel_offset) / S     (/ (S - 1) when aligning corners; 1/2 if S == 1)
+    X(s) = sx1 + t(s) * size - input_pixel_offset
+
+and output ``ox`` takes the samples ``ox * n .. ox * n + n - 1``. This geometry is computed in
+the compute type ``ct`` (``np.float32`` for float16 and float32, ``np.float64`` for double), one
+operation at a time in this order, because the out-of-bounds test (``X(s) < -1`` or
+``X(s) > W``), the clamping to ``[0, W - 1]`` and the floors depend on it bit for bit. The
+interpolation weights are then exact float64 values, and a sample's value is their float64 sum
+(every term of the spec's formula, so a weight 0 times an infinite pixel gives NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from custom_ops._common import KernelError
+
+ComputeType = type[np.float32] | type[np.float64]
+
+
+class Sampling(NamedTuple):
+    """The sampling attributes of RoiAlign1 and RoiAlignGrad."""
+
+    linear: bool
+    scale_x: float
+    scale_y: float
+    input_pixel_offset: float
+    output_pixel_offset: float
+    minimum: int
+    maximum: int
+    align_corners: bool
+
+    @classmethod
+    def of(cls, *, interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
+           input_pixel_offset: float, output_pixel_offset: float,
+           minimum_samples_per_output: int, maximum_samples_per_output: int,
+           align_regions_to_corners: int) -> Sampling:
+        """The record of a node's (checked) attribute values."""
+        return cls(interpolation_mode == "linear", float(spatial_scale_x),
+                   float(spatial_scale_y), float(input_pixel_offset), float(output_pixel_offset),
+                   int(minimum_samples_per_output), int(maximum_samples_per_output),
+                   bool(align_regions_to_corners))
+
+
+class AxisSample(NamedTuple):
+    """One sample position along one axis of a region."""
+
+    t: float  # t(s): 0 at the region's first corner, 1 at its last
+    inside: bool  # -1 <= X(s) <= L (the axis length): not out of bounds along this axis
+    unclamped: bool  # 0 <= X(s) <= L - 1: read where it lies
+    coordinate: float  # X(s) clamped to [0, L - 1], a value of the compute type
+    taps: tuple[tuple[int, float], ...]  # (pixel, interpolation weight) read along this axis
+
+
+class Grid(NamedTuple):
+    """The samples of one region: ``n_y`` and ``n_x`` per output, ``OH * n_y`` rows and
+    ``OW * n_x`` columns."""
+
+    n_y: int
+    n_x: int
+    rows: list[AxisSample]
+    columns: list[AxisSample]
+
+    def samples(self, oy: int, ox: int) -> list[tuple[AxisSample, AxisSample]]:
+        """The ``n_y * n_x`` samples ``(y, x)`` of output ``(oy, ox)``, in row-major order."""
+        return [(y, x) for y in self.rows[oy * self.n_y:(oy + 1) * self.n_y]
+                for x in self.columns[ox * self.n_x:(ox + 1) * self.n_x]]
+
+
+def compute_type(dtype: np.dtype) -> ComputeType:
+    """``np.float32`` for float16 and float32 elements, ``np.float64`` for double."""
+    return np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+
+def check_scaled(op: str, node: str, boxes: np.ndarray, sampling: Sampling,
+                 ct: ComputeType) -> None:
+    """Raise the kernel's error for the first region ``[x1, y1, x2, y2]`` whose scaled size
+    along y or x is not finite in ``ct`` (a product or the difference overflows)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        for r, box in enumerate(boxes):
+            x1, y1, x2, y2 = box.tolist()
+            for first, last, scale in ((y1, y2, sampling.scale_y), (x1, x2, sampling.scale_x)):
+                if not math.isfinite(ct(last) * ct(scale) - ct(first) * ct(scale)):
+                    raise KernelError(op, node, f"rois[{r}]", box,
+                                      f"overflows {np.dtype(ct).name} when scaled by "
+                                      f"spatial_scale_x {sampling.scale_x} and "
+                                      f"spatial_scale_y {sampling.scale_y}")
+
+
+def region_grid(box: Sequence[float], output_size: Sequence[int], image_size: Sequence[int],
+                sampling: Sampling, ct: ComputeType) -> Grid:
+    """The sample grid of region ``box = [x1, y1, x2, y2]`` (checked by :func:`check_scaled`)
+    for ``output_size [OH, OW]`` over an image of ``image_size [H, W]``."""
+    x1, y1, x2, y2 = box
+    (oh, ow), (height, width) = output_size, image_size
+    with np.errstate(over="ignore", invalid="ignore"):  # t(s) * size may overflow: outside
+        n_y, rows = _axis(y1, y2, sampling.scale_y, oh, height, sampling, ct)
+        n_x, columns = _axis(x1, x2, sampling.scale_x, ow, width, sampling, ct)
+    return Grid(n_y, n_x, rows, columns)
+
+
+def _axis(first: float, last: float, scale: float, outputs: int, length: int,
+          sampling: Sampling, ct: ComputeType) -> tuple[int, list[AxisSample]]:
+    """``n`` and the ``outputs * n`` samples along one axis, in ``ct``."""
+    start = ct(first) * ct(scale)
+    size = ct(last) * ct(scale) - start
+    n = min(max(math.ceil(abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
+    total = outputs * n
+    samples = []
+    for s in range(total):
+        if not sampling.align_corners:
+            t = (ct(s) - ct(sampling.output_pixel_offset)) / ct(total)
+        elif total > 1:
+            t = (ct(s) - ct(sampling.output_pixel_offset)) / ct(total - 1)
+        else:
+            t = ct(0.5)
+        position = start + t * size - ct(sampling.input_pixel_offset)
+        samples.append(_axis_sample(float(t), position, length, sampling.linear, ct))
+    return n, samples
+
+
+def _axis_sample(t: float, position: np.floating, length: int, linear: bool,
+                 ct: ComputeType) -> AxisSample:
+    inside = ct(-1) <= position <= ct(length)
+    coordinate = min(max(position, ct(0)), ct(length - 1))
+    if linear:
+        lo = math.floor(coordinate)
+        frac = float(coordinate) - lo  # exact
+        taps = ((lo, 1 - frac), (min(lo + 1, length - 1), frac))
+    else:
+        taps = ((min(math.floor(coordinate + ct(0.5)), length - 1), 1.0),)
+    return AxisSample(t, bool(inside), bool(inside and position == coordinate),
+                      float(coordinate), taps)
+
+
+def read(plane: list[list[float]], y: AxisSample, x: AxisSample, out_of_bounds: float) -> float:
+    """The value of sample ``(y, x)`` of one image plane ``[H][W]``: ``out_of_bounds`` when it
+    lies outside, else the weighted sum of the pixels its taps read."""
+    if not (y.inside and x.inside):
+        return out_of_bounds
+    return sum(wy * wx * plane[py][px] for py, wy in y.taps for px, wx in x.taps)

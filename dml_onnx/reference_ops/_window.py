@@ -1,0 +1,58 @@
+"""What the sliding-window references (LpPooling, Unfold, Fold) share, from the spec formulas:
+the window attributes with their defaults, the block counts and the position each tap reads.
+
+Spatial positions are tuples of k ints. Block ``b`` (``b_1..b_k``) and window tap ``i``
+(``i_1..i_k``) read the padded input at ``b * stride + i * dilation``, that is the unpadded
+input at ``b * stride + i * dilation - start``; positions outside ``[0, D)`` are padding.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+
+def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Every index of a grid of ``sizes``, in row-major order (the i-th index has flat index i)."""
+    return itertools.product(*(range(size) for size in sizes))
+
+
+class Window(NamedTuple):
+    """Sliding-window attributes, k values each, with the spec defaults filled in."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+
+    @classmethod
+    def of(cls, sizes: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+           start_padding: Sequence[int], end_padding: Sequence[int]) -> Window:
+        """The attributes as a node gives them: an empty list means all 1 (strides,
+        dilations) or all 0 (padding)."""
+        k = len(sizes)
+        return cls(tuple(sizes), tuple(strides) or (1,) * k, tuple(dilations) or (1,) * k,
+                   tuple(start_padding) or (0,) * k, tuple(end_padding) or (0,) * k)
+
+    def blocks(self, spatial: Sequence[int]) -> tuple[int, ...]:
+        """``B_d = (D_d + start_d + end_d - dilation_d * (window_d - 1) - 1) / stride_d + 1``
+        per spatial axis (the caller has checked that each is at least 1)."""
+        return tuple((size + a + e - d * (w - 1) - 1) // s + 1 for size, w, s, d, a, e
+                     in zip(spatial, self.sizes, self.strides, self.dilations, self.start,
+                            self.end))
+
+    def taps(self) -> Iterator[tuple[int, ...]]:
+        """The window taps ``(i_1..i_k)`` in row-major order: the i-th has ``kidx`` i."""
+        return grid(self.sizes)
+
+    def reads(self, block: Sequence[int], tap: Sequence[int], spatial: Sequence[int]
+              ) -> tuple[int, ...] | None:
+        """The position in the unpadded input of ``spatial`` sizes that ``tap`` of ``block``
+        reads, ``None`` where it lies in the padding."""
+        position = tuple(b * s + i * d - a for b, i, s, d, a
+                         in zip(block, tap, self.strides, self.dilations, self.start))
+        if all(0 <= p < size for p, size in zip(position, spatial)):
+            return position
+        return None

@@ -1,0 +1,57 @@
+"""Fold (specification section 6), the adjoint of Unfold, one input element at a time.
+
+``X [N, C * prod(window), L]`` (numeric types) gives ``Y [N, C, O1..Ok]`` of ``X``'s type,
+``O = output_size``. ``Y`` starts at zero and every value of ``X`` is added at the position
+Unfold reads it from::
+
+    Y[n, c, b_1*stride_1 + k_1*dilation_1 - start_1, ...] += X[n, c * prod(window) + kidx, bidx]
+
+(``kidx`` / ``bidx``: row-major tap / block index); values that land in the padding are
+dropped. Floats are summed in float64 (Python floats) and rounded once to ``Y``'s type.
+Integers are summed exactly (Python ints) and wrapped into the element type as its
+two's-complement addition wraps, so ``<Unfold(x), y> == <x, Fold(y)>`` holds exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from custom_ops.fold import check_input
+from dml_onnx.reference_ops._window import Window, grid
+
+
+def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
+         dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
+         end_padding: Sequence[int] = (), output_size: Sequence[int], node: str = ""
+         ) -> np.ndarray:
+    """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
+    X = np.asarray(X)
+    window = Window.of(window_sizes, strides, dilations, start_padding, end_padding)
+    output = tuple(output_size)
+    blocks = window.blocks(output)
+    check_input(node, X, window.sizes, blocks, output)
+    integer = X.dtype.kind in "iu"
+    scalar = int if integer else float  # exact sums, or float64 ones
+    taps = math.prod(window.sizes)
+    images, channels = X.shape[0], X.shape[1] // taps
+    sums = {position: scalar(0) for position in grid((images, channels, *output))}
+    for n, c in grid((images, channels)):
+        for kidx, tap in enumerate(window.taps()):
+            for bidx, block in enumerate(grid(blocks)):
+                position = window.reads(block, tap, output)
+                if position is not None:
+                    sums[(n, c, *position)] += scalar(X[n, c * taps + kidx, bidx])
+    Y = np.empty((images, channels, *output), X.dtype)
+    with np.errstate(over="ignore"):  # float sums beyond Y's range: inf, at the one rounding
+        for index, total in sums.items():
+            Y[index] = _wrap(total, X.dtype) if integer else total
+    return Y
+
+
+def _wrap(total: int, dtype: np.dtype) -> int:
+    """``total`` reduced modulo ``2**bits`` into the range of the integer ``dtype``."""
+    info = np.iinfo(dtype)
+    return (total - info.min) % (1 << info.bits) + info.min

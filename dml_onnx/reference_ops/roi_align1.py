@@ -1,0 +1,75 @@
+"""RoiAlign1 (specification section 2), one output element at a time.
+
+``X [N, C, H, W]``, ``rois [R, 4]`` (or ``[1, R, 4]``, ``[1, 1, R, 4]``), rows
+``[x1, y1, x2, y2]``, and ``batch_indices [R]`` (or with leading 1s up to rank 4) give
+``Y [R, C, OH, OW]`` of ``X``'s type::
+
+    Y[r, c, oy, ox] = average or max of the n_y * n_x samples of output (oy, ox) of region r,
+                      each read from X[batch_indices[r], c]
+
+with the sample grid and the reading of one sample of :mod:`dml_onnx.reference_ops._roi`: a
+sample out of bounds reads ``out_of_bounds_input_value``, the others are clamped into the image
+and read bilinearly or at ``floor(v + 0.5)``. Sums are float64 and rounded once to ``Y``'s type.
+
+Not stated by the spec, the kernel's reading: ``max`` of samples of which one is NaN is NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from custom_ops._common import check_float_input, check_rank
+from custom_ops.roi_align1 import OP, check_image_shape, check_regions
+from dml_onnx.reference_ops._roi import Sampling, check_scaled, compute_type, read, region_grid
+
+
+def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
+               output_size: Sequence[int], reduction_function: str, interpolation_mode: str,
+               spatial_scale_x: float, spatial_scale_y: float, input_pixel_offset: float,
+               output_pixel_offset: float, out_of_bounds_input_value: float,
+               minimum_samples_per_output: int, maximum_samples_per_output: int,
+               align_regions_to_corners: int, node: str = "") -> np.ndarray:
+    """``Y [R, C, OH, OW]``: each region of ``X [N, C, H, W]`` resampled to ``output_size``."""
+    X, rois, batch_indices = np.asarray(X), np.asarray(rois), np.asarray(batch_indices)
+    check_float_input(OP, node, "X", X)
+    check_rank(OP, node, "X", X, (4,))
+    check_image_shape(OP, node, "X", X.shape)
+    boxes, batch = check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
+    sampling = Sampling.of(
+        interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
+        spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
+        output_pixel_offset=output_pixel_offset,
+        minimum_samples_per_output=minimum_samples_per_output,
+        maximum_samples_per_output=maximum_samples_per_output,
+        align_regions_to_corners=align_regions_to_corners)
+    _, channels, height, width = X.shape
+    oh, ow = output_size
+    Y = np.empty((len(batch), channels, oh, ow), np.float64)
+    if Y.size == 0:
+        return Y.astype(X.dtype)
+    ct = compute_type(X.dtype)
+    check_scaled(OP, node, boxes, sampling, ct)
+    planes = X.tolist()  # Python floats
+    out_of_bounds = float(out_of_bounds_input_value)
+    for r, (box, b) in enumerate(zip(boxes.tolist(), batch.tolist())):
+        grid = region_grid(box, (oh, ow), (height, width), sampling, ct)
+        for oy, ox in itertools.product(range(oh), range(ow)):
+            samples = grid.samples(oy, ox)
+            for c in range(channels):
+                values = [read(planes[b][c], y, x, out_of_bounds) for y, x in samples]
+                Y[r, c, oy, ox] = _reduce(values, reduction_function)
+    with np.errstate(over="ignore"):  # beyond the range of X's type: inf
+        return Y.astype(X.dtype)
+
+
+def _reduce(values: list[float], reduction_function: str) -> float:
+    """The mean of the sample values, or their maximum (NaN when one is NaN)."""
+    if reduction_function == "average":
+        return sum(values) / len(values)
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
