@@ -87,7 +87,11 @@ def compute_type(dtype: np.dtype) -> ComputeType:
 def check_scaled(op: str, node: str, boxes: np.ndarray, sampling: Sampling,
                  ct: ComputeType) -> None:
     """Raise the kernel's error for the first region ``[x1, y1, x2, y2]`` whose scaled size
-    along y or x is not finite in ``ct`` (a product or the difference overflows)."""
+    along y or x is not finite in ``ct`` (a product or the difference overflows).
+
+    The kernel raises it while planning its sample grid (``custom_ops.roi_align1.Plan``), not
+    in a check function of its own: the message is repeated here.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         for r, box in enumerate(boxes):
             x1, y1, x2, y2 = box.tolist()
@@ -133,6 +137,7 @@ def _axis(first: float, last: float, scale: float, outputs: int, length: int,
 
 def _axis_sample(t: float, position: np.floating, length: int, linear: bool,
                  ct: ComputeType) -> AxisSample:
+    """The sample at ``position`` (``X(s)`` in ``ct``) of an axis of ``length`` pixels."""
     inside = ct(-1) <= position <= ct(length)
     coordinate = min(max(position, ct(0)), ct(length - 1))
     if linear:

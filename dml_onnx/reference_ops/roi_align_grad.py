@@ -115,7 +115,8 @@ def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | N
 def _check_images(node: str, X: np.ndarray | None, dY: np.ndarray,
                   input_shape: Sequence[int] | None) -> tuple[int, ...]:
     """The image shape ``[N, C, H, W]`` (X's, or ``input_shape``), with the kernel's checks of
-    ``dY``, ``X`` and ``input_shape`` and its messages."""
+    ``dY``, ``X`` and ``input_shape``. Those the kernel writes inline are repeated here with
+    their messages."""
     check_float_input(OP, node, "dY", dY)
     check_rank(OP, node, "dY", dY, (4,))
     shape = tuple(int(v) for v in input_shape or ())
@@ -134,7 +135,8 @@ def _check_images(node: str, X: np.ndarray | None, dY: np.ndarray,
 
 
 def _check_gradient_shape(node: str, dY: np.ndarray, regions: int, channels: int) -> None:
-    """The kernel's checks (and messages) of ``dY [R, C, OH, OW]`` against rois and X."""
+    """The kernel's inline checks (and messages) of ``dY [R, C, OH, OW]`` against rois and
+    X, repeated."""
     if dY.shape[0] != regions or dY.shape[1] != channels:
         raise KernelError(OP, node, "dY shape", list(dY.shape),
                           f"does not start with [R, C] = [{regions}, {channels}] of rois "
@@ -145,7 +147,7 @@ def _check_gradient_shape(node: str, dY: np.ndarray, regions: int, channels: int
 
 
 def _first_maximum(values: list[float]) -> int:
-    """The index of the first largest value; a NaN counts as the largest."""
+    """The index of the first largest value; a NaN counts as the largest (the first NaN)."""
     best = 0
     for k, v in enumerate(values):
         if math.isnan(v):

@@ -32,8 +32,10 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
     images, channels, height, width = X.shape
     check_regions(node, rows, images, spatial_scale)
     ph_count, pw_count = pooled_size
-    planes = X.tolist()  # Python floats
     Y = np.empty((len(rows), channels, ph_count, pw_count), X.dtype)
+    if Y.size == 0:
+        return Y
+    planes = X.tolist()  # Python floats
     for r, row in enumerate(rows.tolist()):
         b = math.trunc(row[0])
         x1, y1, x2, y2 = region_corners(row, spatial_scale, X.dtype)
