@@ -219,8 +219,9 @@ _executor_lock = threading.Lock()
 def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
     """Run independent tasks, split in :data:`THREADS` interleaved groups: one group on the
     calling thread, the others on shared worker threads, in copies of the caller's context
-    (``np.errstate`` applies to them too). Raises the error of the first failing task in
-    ``tasks`` order, as a serial loop would (each group stops at its first failure)."""
+    and under its ``np.errstate`` (numpy 1 keeps that per thread, not in the context).
+    Raises the error of the first failing task in ``tasks`` order, as a serial loop would
+    (each group stops at its first failure)."""
     global _executor
     groups = min(THREADS, len(tasks))
     if groups <= 1:
@@ -232,7 +233,9 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
             _executor = os.getpid(), ThreadPoolExecutor(THREADS - 1,
                                                         thread_name_prefix="custom_ops")
         executor = _executor[1]
-    futures = [executor.submit(contextvars.copy_context().run, _run_group, tasks, k, groups)
+    errors = np.geterr()
+    futures = [executor.submit(contextvars.copy_context().run, _run_group, tasks, k, groups,
+                               errors)
                for k in range(1, groups)]
     failures = [_run_group(tasks, 0, groups), *(future.result() for future in futures)]
     first = min((f for f in failures if f is not None), key=lambda f: f[0], default=None)
@@ -240,14 +243,16 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
         raise first[1]
 
 
-def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int
-               ) -> tuple[int, BaseException] | None:
-    """Tasks ``start::step`` in order; the index and error of the first that fails."""
-    for index in range(start, len(tasks), step):
-        try:
-            tasks[index]()
-        except Exception as error:  # noqa: BLE001 - handed to run_parallel, which raises it
-            return index, error
+def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
+               errors: dict[str, str] | None = None) -> tuple[int, BaseException] | None:
+    """Tasks ``start::step`` in order (under ``np.errstate(**errors)`` when given); the index
+    and error of the first that fails."""
+    with np.errstate(**(errors or {})):
+        for index in range(start, len(tasks), step):
+            try:
+                tasks[index]()
+            except Exception as error:  # noqa: BLE001 - handed to run_parallel, which raises it
+                return index, error
     return None
 
 

@@ -159,7 +159,7 @@ class OpDefinition:
     kernel: Callable[..., Any]
     check_attributes: Callable[..., None]
     infer_shapes: ShapeFunction
-    reference: Callable[..., Any] | None = None  # TODO(me): required once every op has one
+    reference: Callable[..., Any]
     """The plain implementation in :mod:`dml_onnx.reference_ops`: the kernel's signature and
     outputs, computed one output element at a time straight from the specification."""
     standard_form: StandardForm | None = None

@@ -125,7 +125,9 @@ _TYPE_STRINGS = {"tensor(float16)": TensorProto.FLOAT16,
 def register_runtime_ops() -> None:
     """Declare every operator's PyOps with onnxruntime-extensions and install the fast hook.
 
-    Idempotent. :func:`to_runtime_model` and :class:`InferenceSession` call it.
+    Idempotent; runs when this module is imported (2 ms), so that a plain onnxruntime session
+    may register the extension library before or after :func:`to_runtime_model` (the library
+    sees only the operators declared when it is registered).
     """
     with _registration_lock:
         if _VARIANTS_BY_ID:
@@ -300,7 +302,6 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
     onnxruntime: only for :class:`InferenceSession`, which runs such a model.
     """
     register_schemas()
-    register_runtime_ops()
     reject_nested(model, "the onnxruntime binding")
     elem_types = element_types(model)
     result = onnx.ModelProto()
@@ -504,3 +505,6 @@ def take_error() -> KernelError | None:
     """The error of the last failed kernel run by this thread since the last call, if any."""
     error, _state.error = _state.error, None
     return error
+
+
+register_runtime_ops()

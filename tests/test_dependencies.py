@@ -31,8 +31,8 @@ def _requirements() -> dict[str, str]:
 
 def test_oldest_leg_pins_every_lower_bound():
     """CI's oldest leg installs exactly the lowest version each requirement allows."""
-    pins = dict(line.split("==") for line in OLDEST.read_text().split()
-                if not line.startswith("#"))
+    pins = dict(line.strip().split("==") for line in OLDEST.read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
     lower = {name: re.search(r">=([\w.]+)", specifier).group(1)
              for name, specifier in _requirements().items()}
     assert pins == lower

@@ -153,8 +153,8 @@ def test_plain_onnxruntime_session_runs_the_runtime_model(pair):
     options.register_custom_ops_library(get_library_path())
     session = ort.InferenceSession(dml_onnx.to_runtime_model(case.model).SerializeToString(),
                                    options, providers=["CPUExecutionProvider"])
-    for got, want in zip(session.run(list(case.expected), case.feeds), case.expected.values()):
-        np.testing.assert_array_equal(got, want)
+    got = session.run(list(case.expected), case.feeds)
+    assert_matches_reference(got, list(case.expected.values()))
 
 
 @pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
