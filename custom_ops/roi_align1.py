@@ -175,6 +175,14 @@ def check_regions(op: str, node: str, image_shape: Sequence[int], dtype: np.dtyp
     return boxes, indices.astype(np.intp)
 
 
+def scaled_region_overflow(op: str, node: str, r: int, box: np.ndarray, sampling: Sampling,
+                           dtype: np.dtype) -> KernelError:
+    """The error for region ``r`` whose size along y or x, scaled in ``dtype``, is not finite."""
+    return KernelError(op, node, f"rois[{r}]", box,
+                       f"overflows {np.dtype(dtype).name} when scaled by spatial_scale_x "
+                       f"{sampling.scale_x} and spatial_scale_y {sampling.scale_y}")
+
+
 # ----------------------------------------------------------------------------------------------
 # the sample grid
 
@@ -195,9 +203,7 @@ class Plan:
         finite = np.isfinite(self.size).all(axis=0)
         if not finite.all():
             r = int(finite.argmin())
-            raise KernelError(op, node, f"rois[{r}]", boxes[r],
-                              f"overflows {self.dtype.name} when scaled by spatial_scale_x "
-                              f"{sampling.scale_x} and spatial_scale_y {sampling.scale_y}")
+            raise scaled_region_overflow(op, node, r, boxes[r], sampling, self.dtype)
         outputs = np.array(output_size)[:, None]
         quotient = np.ceil(np.abs(self.size) / outputs.astype(self.dtype)).astype(np.float64)
         n = np.minimum(np.maximum(quotient, sampling.minimum), sampling.maximum)

@@ -96,6 +96,39 @@ def check_signature(*, node: str, x_given: bool, compute_dx: bool, compute_drois
             raise KernelError(OP, node, "input_shape", [], "is required when X is omitted")
 
 
+def check_images(node: str, X: np.ndarray | None, dY: np.ndarray,
+                 input_shape: Sequence[int] | None) -> tuple[int, ...]:
+    """The image shape ``[N, C, H, W]`` (X's, or ``input_shape`` when X is omitted), after
+    checking ``dY`` and ``X``: float tensors of rank 4 and one element type, X's shape equal
+    to a given ``input_shape``."""
+    check_float_input(OP, node, "dY", dY)
+    check_rank(OP, node, "dY", dY, (4,))
+    shape = tuple(int(v) for v in input_shape or ())
+    if X is not None:
+        check_float_input(OP, node, "X", X)
+        check_rank(OP, node, "X", X, (4,))
+        if shape and shape != X.shape:
+            raise KernelError(OP, node, "input_shape", list(shape),
+                              f"disagrees with the shape {list(X.shape)} of X")
+        if dY.dtype != X.dtype:
+            raise KernelError(OP, node, "dY element type", dY.dtype.name,
+                              f"is not {X.dtype.name}, the element type of X")
+        shape = X.shape
+    check_image_shape(OP, node, "X" if X is not None else "input", shape)
+    return shape
+
+
+def check_gradient_shape(node: str, dY: np.ndarray, regions: int, channels: int) -> None:
+    """``dY`` is ``[R, C, OH, OW]`` with R and C those of rois and X, OH and OW at least 1."""
+    if dY.shape[0] != regions or dY.shape[1] != channels:
+        raise KernelError(OP, node, "dY shape", list(dY.shape),
+                          f"does not start with [R, C] = [{regions}, {channels}] of rois "
+                          "and X")
+    if dY.shape[2] < 1 or dY.shape[3] < 1:
+        raise KernelError(OP, node, "dY shape", list(dY.shape),
+                          "has no output height or width")
+
+
 def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                    batch_indices: np.ndarray, *, reduction_function: str,
                    interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
@@ -106,7 +139,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                    node: str = "") -> tuple[np.ndarray | None, np.ndarray | None]:
     """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY``; ``None`` for the output
     that is not requested."""
-    sampling, shape = _check_all(
+    sampling, given_shape = _check_all(
         node, input_shape, reduction_function=reduction_function,
         interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
         spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
@@ -119,29 +152,11 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                     input_shape=input_shape)
     uses_x = compute_drois or sampling.reduction != "average"
     dY, rois, batch_indices = np.asarray(dY), np.asarray(rois), np.asarray(batch_indices)
-    check_float_input(OP, node, "dY", dY)
-    check_rank(OP, node, "dY", dY, (4,))
-    if X is not None:
-        X = np.asarray(X)
-        check_float_input(OP, node, "X", X)
-        check_rank(OP, node, "X", X, (4,))
-        if shape and shape != X.shape:
-            raise KernelError(OP, node, "input_shape", list(shape),
-                              f"disagrees with the shape {list(X.shape)} of X")
-        if dY.dtype != X.dtype:
-            raise KernelError(OP, node, "dY element type", dY.dtype.name,
-                              f"is not {X.dtype.name}, the element type of X")
-        shape = X.shape
-    check_image_shape(OP, node, "X" if X is not None else "input", shape)
+    X = None if X is None else np.asarray(X)
+    shape = check_images(node, X, dY, given_shape)
     boxes, batch = check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
     n_images, channels, height, width = shape
-    if dY.shape[0] != len(batch) or dY.shape[1] != channels:
-        raise KernelError(OP, node, "dY shape", list(dY.shape),
-                          f"does not start with [R, C] = [{len(batch)}, {channels}] of rois "
-                          "and X")
-    if dY.shape[2] < 1 or dY.shape[3] < 1:
-        raise KernelError(OP, node, "dY shape", list(dY.shape),
-                          "has no output height or width")
+    check_gradient_shape(node, dY, len(batch), channels)
     oh, ow = dY.shape[2:]
     dtype = compute_dtype(dY.dtype)
     want_drois = compute_drois and sampling.linear  # nearest_neighbor: drois = 0

@@ -25,33 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._common import KernelError
+from custom_ops.roi_align1 import Sampling, scaled_region_overflow
 
 ComputeType = type[np.float32] | type[np.float64]
-
-
-class Sampling(NamedTuple):
-    """The sampling attributes of RoiAlign1 and RoiAlignGrad."""
-
-    linear: bool
-    scale_x: float
-    scale_y: float
-    input_pixel_offset: float
-    output_pixel_offset: float
-    minimum: int
-    maximum: int
-    align_corners: bool
-
-    @classmethod
-    def of(cls, *, interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
-           input_pixel_offset: float, output_pixel_offset: float,
-           minimum_samples_per_output: int, maximum_samples_per_output: int,
-           align_regions_to_corners: int) -> Sampling:
-        """The record of a node's (checked) attribute values."""
-        return cls(interpolation_mode == "linear", float(spatial_scale_x),
-                   float(spatial_scale_y), float(input_pixel_offset), float(output_pixel_offset),
-                   int(minimum_samples_per_output), int(maximum_samples_per_output),
-                   bool(align_regions_to_corners))
 
 
 class AxisSample(NamedTuple):
@@ -87,20 +63,13 @@ def compute_type(dtype: np.dtype) -> ComputeType:
 def check_scaled(op: str, node: str, boxes: np.ndarray, sampling: Sampling,
                  ct: ComputeType) -> None:
     """Raise the kernel's error for the first region ``[x1, y1, x2, y2]`` whose scaled size
-    along y or x is not finite in ``ct`` (a product or the difference overflows).
-
-    The kernel raises it while planning its sample grid (``custom_ops.roi_align1.Plan``), not
-    in a check function of its own: the message is repeated here.
-    """
+    along y or x is not finite in ``ct`` (a product or the difference overflows)."""
     with np.errstate(over="ignore", invalid="ignore"):
         for r, box in enumerate(boxes):
             x1, y1, x2, y2 = box.tolist()
             for first, last, scale in ((y1, y2, sampling.scale_y), (x1, x2, sampling.scale_x)):
                 if not math.isfinite(ct(last) * ct(scale) - ct(first) * ct(scale)):
-                    raise KernelError(op, node, f"rois[{r}]", box,
-                                      f"overflows {np.dtype(ct).name} when scaled by "
-                                      f"spatial_scale_x {sampling.scale_x} and "
-                                      f"spatial_scale_y {sampling.scale_y}")
+                    raise scaled_region_overflow(op, node, r, box, sampling, ct)
 
 
 def region_grid(box: Sequence[float], output_size: Sequence[int], image_size: Sequence[int],

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+
+from dml_onnx.ops._window import Window
 
 
 def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
@@ -18,41 +19,28 @@ def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
     return itertools.product(*(range(size) for size in sizes))
 
 
-class Window(NamedTuple):
-    """Sliding-window attributes, k values each, with the spec defaults filled in."""
+def window_of(sizes: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+              start_padding: Sequence[int], end_padding: Sequence[int]) -> Window:
+    """The attributes as a node gives them (an empty list means all 1 for strides and
+    dilations, all 0 for padding), with the defaults filled in."""
+    return Window.of(sizes, {"strides": strides, "dilations": dilations,
+                             "start_padding": start_padding, "end_padding": end_padding})
 
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    start: tuple[int, ...]
-    end: tuple[int, ...]
 
-    @classmethod
-    def of(cls, sizes: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-           start_padding: Sequence[int], end_padding: Sequence[int]) -> Window:
-        """The attributes as a node gives them: an empty list means all 1 (strides,
-        dilations) or all 0 (padding)."""
-        k = len(sizes)
-        return cls(tuple(sizes), tuple(strides) or (1,) * k, tuple(dilations) or (1,) * k,
-                   tuple(start_padding) or (0,) * k, tuple(end_padding) or (0,) * k)
+def block_counts(window: Window, spatial: Sequence[int]) -> tuple[int, ...]:
+    """``B_d = (D_d + start_d + end_d - dilation_d * (window_d - 1) - 1) / stride_d + 1`` per
+    spatial axis (the caller has checked that each is at least 1)."""
+    return tuple((size + a + e - d * (w - 1) - 1) // s + 1 for size, w, s, d, a, e
+                 in zip(spatial, window.sizes, window.strides, window.dilations, window.start,
+                        window.end))
 
-    def blocks(self, spatial: Sequence[int]) -> tuple[int, ...]:
-        """``B_d = (D_d + start_d + end_d - dilation_d * (window_d - 1) - 1) / stride_d + 1``
-        per spatial axis (the caller has checked that each is at least 1)."""
-        return tuple((size + a + e - d * (w - 1) - 1) // s + 1 for size, w, s, d, a, e
-                     in zip(spatial, self.sizes, self.strides, self.dilations, self.start,
-                            self.end))
 
-    def taps(self) -> Iterator[tuple[int, ...]]:
-        """The window taps ``(i_1..i_k)`` in row-major order: the i-th has ``kidx`` i."""
-        return grid(self.sizes)
-
-    def reads(self, block: Sequence[int], tap: Sequence[int], spatial: Sequence[int]
-              ) -> tuple[int, ...] | None:
-        """The position in the unpadded input of ``spatial`` sizes that ``tap`` of ``block``
-        reads, ``None`` where it lies in the padding."""
-        position = tuple(b * s + i * d - a for b, i, s, d, a
-                         in zip(block, tap, self.strides, self.dilations, self.start))
-        if all(0 <= p < size for p, size in zip(position, spatial)):
-            return position
-        return None
+def reads(window: Window, block: Sequence[int], tap: Sequence[int], spatial: Sequence[int]
+          ) -> tuple[int, ...] | None:
+    """The position in the unpadded input of ``spatial`` sizes that ``tap`` of ``block``
+    reads, ``None`` where it lies in the padding."""
+    position = tuple(b * s + i * d - a for b, i, s, d, a
+                     in zip(block, tap, window.strides, window.dilations, window.start))
+    if all(0 <= p < size for p, size in zip(position, spatial)):
+        return position
+    return None

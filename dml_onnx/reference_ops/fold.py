@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from custom_ops.fold import check_input
-from dml_onnx.reference_ops._window import Window, grid
+from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 
 
 def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
@@ -29,9 +29,9 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
          ) -> np.ndarray:
     """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
     X = np.asarray(X)
-    window = Window.of(window_sizes, strides, dilations, start_padding, end_padding)
+    window = window_of(window_sizes, strides, dilations, start_padding, end_padding)
     output = tuple(output_size)
-    blocks = window.blocks(output)
+    blocks = block_counts(window, output)
     check_input(node, X, window.sizes, blocks, output)
     integer = X.dtype.kind in "iu"
     scalar = int if integer else float  # exact sums, or float64 ones
@@ -39,9 +39,9 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
     images, channels = X.shape[0], X.shape[1] // taps
     sums = {position: scalar(0) for position in grid((images, channels, *output))}
     for n, c in grid((images, channels)):
-        for kidx, tap in enumerate(window.taps()):
+        for kidx, tap in enumerate(grid(window.sizes)):
             for bidx, block in enumerate(grid(blocks)):
-                position = window.reads(block, tap, output)
+                position = reads(window, block, tap, output)
                 if position is not None:
                     sums[(n, c, *position)] += scalar(X[n, c * taps + kidx, bidx])
     Y = np.empty((images, channels, *output), X.dtype)

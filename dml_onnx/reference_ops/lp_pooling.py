@@ -18,7 +18,7 @@ import numpy as np
 
 from custom_ops._common import check_float_input, check_rank, sliding_block_counts
 from custom_ops.lp_pooling import OP
-from dml_onnx.reference_ops._window import Window, grid
+from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 
 
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
@@ -28,14 +28,14 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     X = np.asarray(X)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (len(window_size) + 2,))
-    window = Window.of(window_size, strides, dilations, start_padding, end_padding)
+    window = window_of(window_size, strides, dilations, start_padding, end_padding)
     spatial = X.shape[2:]
     sliding_block_counts(OP, node, spatial, *window)  # raises for an output size below 1
-    Y = np.empty((*X.shape[:2], *window.blocks(spatial)), X.dtype)
+    Y = np.empty((*X.shape[:2], *block_counts(window, spatial)), X.dtype)
     for n, c, *o in grid(Y.shape):
         total = 0.0
-        for tap in window.taps():
-            position = window.reads(o, tap, spatial)
+        for tap in grid(window.sizes):
+            position = reads(window, o, tap, spatial)
             if position is not None:
                 total += _power(abs(float(X[(n, c, *position)])), p)
         with np.errstate(over="ignore"):  # beyond Y's range: inf, at the one rounding

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from custom_ops._common import check_float_input, check_rank
-from custom_ops.roi_align1 import OP, check_image_shape, check_regions
-from dml_onnx.reference_ops._roi import Sampling, check_scaled, compute_type, read, region_grid
+from custom_ops.roi_align1 import OP, check_image_shape, check_regions, check_sampling
+from dml_onnx.reference_ops._roi import check_scaled, compute_type, read, region_grid
 
 
 def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
@@ -39,7 +39,8 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
     check_rank(OP, node, "X", X, (4,))
     check_image_shape(OP, node, "X", X.shape)
     boxes, batch = check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
-    sampling = Sampling.of(
+    sampling = check_sampling(
+        OP, node, reduction_function=reduction_function,
         interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
         spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
         output_pixel_offset=output_pixel_offset,

@@ -34,13 +34,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import KernelError, check_float_input, check_rank
-from custom_ops.roi_align1 import check_image_shape, check_regions
-from custom_ops.roi_align_grad import OP, check_signature
+from custom_ops.roi_align1 import Sampling, check_regions, check_sampling
+from custom_ops.roi_align_grad import (
+    OP,
+    check_gradient_shape,
+    check_images,
+    check_signature,
+)
 from dml_onnx.reference_ops._roi import (
     AxisSample,
     Grid,
-    Sampling,
     check_scaled,
     compute_type,
     read,
@@ -62,10 +65,11 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                     input_shape=input_shape)
     X = None if X is None else np.asarray(X)
     dY, rois, batch_indices = np.asarray(dY), np.asarray(rois), np.asarray(batch_indices)
-    shape = _check_images(node, X, dY, input_shape)
+    shape = check_images(node, X, dY, input_shape)
     boxes, batch = check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
-    _check_gradient_shape(node, dY, len(batch), shape[1])
-    sampling = Sampling.of(
+    check_gradient_shape(node, dY, len(batch), shape[1])
+    sampling = check_sampling(
+        OP, node, reduction_function=reduction_function,
         interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
         spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
         output_pixel_offset=output_pixel_offset,
@@ -110,40 +114,6 @@ def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | N
                     dX[c, py, px] += w * (wy * wx)
             if drois is not None:
                 drois += _roi_gradient(image[c], y, x, w, sampling)
-
-
-def _check_images(node: str, X: np.ndarray | None, dY: np.ndarray,
-                  input_shape: Sequence[int] | None) -> tuple[int, ...]:
-    """The image shape ``[N, C, H, W]`` (X's, or ``input_shape``), with the kernel's checks of
-    ``dY``, ``X`` and ``input_shape``. Those the kernel writes inline are repeated here with
-    their messages."""
-    check_float_input(OP, node, "dY", dY)
-    check_rank(OP, node, "dY", dY, (4,))
-    shape = tuple(int(v) for v in input_shape or ())
-    if X is not None:
-        check_float_input(OP, node, "X", X)
-        check_rank(OP, node, "X", X, (4,))
-        if shape and shape != X.shape:
-            raise KernelError(OP, node, "input_shape", list(shape),
-                              f"disagrees with the shape {list(X.shape)} of X")
-        if dY.dtype != X.dtype:
-            raise KernelError(OP, node, "dY element type", dY.dtype.name,
-                              f"is not {X.dtype.name}, the element type of X")
-        shape = X.shape
-    check_image_shape(OP, node, "X" if X is not None else "input", shape)
-    return shape
-
-
-def _check_gradient_shape(node: str, dY: np.ndarray, regions: int, channels: int) -> None:
-    """The kernel's inline checks (and messages) of ``dY [R, C, OH, OW]`` against rois and
-    X, repeated."""
-    if dY.shape[0] != regions or dY.shape[1] != channels:
-        raise KernelError(OP, node, "dY shape", list(dY.shape),
-                          f"does not start with [R, C] = [{regions}, {channels}] of rois "
-                          "and X")
-    if dY.shape[2] < 1 or dY.shape[3] < 1:
-        raise KernelError(OP, node, "dY shape", list(dY.shape),
-                          "has no output height or width")
 
 
 def _first_maximum(values: list[float]) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 
 from custom_ops._common import sliding_block_counts
 from custom_ops.unfold import OP, check_input
-from dml_onnx.reference_ops._window import Window, grid
+from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 
 
 def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
@@ -28,17 +28,17 @@ def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int]
     """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``."""
     X = np.asarray(X)
     check_input(node, X, len(window_sizes))
-    window = Window.of(window_sizes, strides, dilations, start_padding, end_padding)
+    window = window_of(window_sizes, strides, dilations, start_padding, end_padding)
     spatial = X.shape[2:]
     sliding_block_counts(OP, node, spatial, *window, what="block count")  # raises below 1
-    blocks = window.blocks(spatial)
+    blocks = block_counts(window, spatial)
     taps = math.prod(window.sizes)
     images, channels = X.shape[:2]
     Y = np.zeros((images, channels * taps, math.prod(blocks)), X.dtype)  # padding: 0 or False
     for n, c in grid((images, channels)):
-        for kidx, tap in enumerate(window.taps()):
+        for kidx, tap in enumerate(grid(window.sizes)):
             for bidx, block in enumerate(grid(blocks)):
-                position = window.reads(block, tap, spatial)
+                position = reads(window, block, tap, spatial)
                 if position is not None:
                     Y[n, c * taps + kidx, bidx] = X[(n, c, *position)]
     return Y
