@@ -136,6 +136,17 @@ class WindowGeometry(NamedTuple):
     end_padding: tuple[int, ...]
     blocks: tuple[int, ...]  # B_d (output positions) per spatial axis, each >= 1
 
+    @classmethod
+    def of(cls, window: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
+           start_padding: tuple[int, ...], end_padding: tuple[int, ...],
+           blocks: tuple[int, ...]) -> WindowGeometry:
+        """The geometry, with the stride of an axis of one block and the dilation of an axis
+        of one tap set to 1: they move nothing, and as byte strides they may not fit a C long
+        (any int64 attribute value is valid)."""
+        return cls(window, tuple(s if b > 1 else 1 for s, b in zip(strides, blocks)),
+                   tuple(d if w > 1 else 1 for d, w in zip(dilations, window)),
+                   start_padding, end_padding, blocks)
+
     @property
     def k(self) -> int:
         return len(self.window)

@@ -86,7 +86,7 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     window, strides, dilations, start, end = attributes
     spatial = shape[2:]
     counts = sliding_block_counts(OP, node, spatial, window, strides, dilations, start, end)
-    g = WindowGeometry(window, strides, dilations, start, end, counts)
+    g = WindowGeometry.of(window, strides, dilations, start, end, counts)
     extent = read_extent(g, spatial)[0]
     plane = math.prod(extent) * compute_dtype(dtype).itemsize
     chunk = max(1, min(math.prod(shape[:2]), CHUNK_BYTES // max(plane, 1)))

@@ -81,7 +81,7 @@ def window_geometry(op: str, node: str, spatial_shape: tuple[int, ...],
         op, node, window_sizes, strides, dilations, start_padding, end_padding)
     blocks = sliding_block_counts(op, node, spatial_shape, window, strides, dilations, start, end,
                                   what="block count")
-    return WindowGeometry(window, strides, dilations, start, end, blocks)
+    return WindowGeometry.of(window, strides, dilations, start, end, blocks)
 
 
 def block_range(size: int, blocks: int, stride: int, offset: int) -> tuple[slice, slice] | None:

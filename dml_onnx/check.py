@@ -20,13 +20,12 @@ from onnx import helper
 from custom_ops._common import check_memory
 from dml_onnx.definition import (
     DOMAIN,
-    OPSET_VERSION,
     Shape,
     known,
     lenient_inference,
     node_label,
 )
-from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.graphs import element_types, structure_problems
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime import load_model
 from dml_onnx.schemas import register_schemas
@@ -44,11 +43,7 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
     except (OSError, DecodeError) as error:
         return [f"model: cannot be read as ONNX ({error})"]
     register_schemas()
-    problems = _opset_problems(model)
-    try:
-        reject_nested(model, "dml_onnx")
-    except ValueError as error:
-        problems.append(str(error))
+    problems = structure_problems(model, "dml_onnx")
     with lenient_inference():
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
         types = element_types(inferred)
@@ -57,15 +52,6 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
         if node.domain == DOMAIN:
             problems += _node_problems(node, types, shapes)
     return problems
-
-
-def _opset_problems(model: onnx.ModelProto) -> list[str]:
-    uses = any(node.domain == DOMAIN for node in model.graph.node)
-    versions = {o.domain: o.version for o in model.opset_import}
-    if uses and versions.get(DOMAIN) != OPSET_VERSION:
-        return [f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
-                f"{OPSET_VERSION}"]
-    return []
 
 
 def _shapes(graph: onnx.GraphProto) -> dict[str, Shape]:

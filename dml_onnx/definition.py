@@ -29,6 +29,8 @@ from dml_onnx.form import StandardNode
 
 DOMAIN = "dml_onnx"
 OPSET_VERSION = 1
+RUNTIME_DOMAIN = "dml_onnx.runtime"
+"""The onnxruntime binding's private domain (:func:`dml_onnx.to_runtime_model`)."""
 
 Dim = int | str | None
 Shape = list[Dim] | None
@@ -183,6 +185,11 @@ class OpDefinition:
         """The node's attributes as kernel arguments, defaults filled in, values checked."""
         label = node_label(node)
         given = {a.name: a for a in node.attribute}
+        if len(given) < len(node.attribute):
+            names = [a.name for a in node.attribute]
+            raise KernelError(self.name, label, "attribute",
+                              next(n for n in names if names.count(n) > 1),
+                              "is given more than once")
         values = {}
         for attribute in self.attributes:
             proto = given.pop(attribute.name, None)
@@ -206,7 +213,11 @@ class OpDefinition:
             raise KernelError(self.name, label, f"attribute {attribute.name} type",
                               AttributeProto.AttributeType.Name(proto.type),
                               f"is not {AttributeProto.AttributeType.Name(expected)}")
-        return attribute_value(proto)
+        try:
+            return attribute_value(proto)
+        except UnicodeDecodeError:
+            raise KernelError(self.name, label, f"attribute {attribute.name}", proto.s,
+                              "is not valid UTF-8") from None
 
     @property
     def attribute_names(self) -> list[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import onnx
 
-from dml_onnx.definition import DOMAIN, node_label
+from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
 from dml_onnx.schemas import register_schemas
 
 
@@ -27,25 +29,46 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def reject_nested(model: onnx.ModelProto, what: str) -> None:
-    """Raise ``ValueError`` for a ``dml_onnx`` node inside a subgraph or a model function
-    (``what`` names the tool that cannot handle it)."""
-    def visit(graph: onnx.GraphProto, where: str) -> None:
-        for node in graph.node:
-            for attribute in node.attribute:
-                for sub in (*([attribute.g] if attribute.HasField("g") else []),
-                            *attribute.graphs):
-                    for inner in sub.node:
-                        if inner.domain == DOMAIN:
-                            raise ValueError(
-                                f"{inner.op_type} '{node_label(inner)}': dml_onnx nodes inside "
-                                f"a subgraph ({where} node '{node_label(node)}') are not "
-                                f"supported by {what}")
-                    visit(sub, node.op_type)
-    visit(model.graph, "graph")
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs held by the node's attributes (an ``If``'s branches, a ``Loop``'s body)."""
+    for attribute in node.attribute:
+        if attribute.HasField("g"):
+            yield attribute.g
+        yield from attribute.graphs
+
+
+def structure_problems(model: onnx.ModelProto, what: str) -> list[str]:
+    """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
+    an opset import of the domain other than :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside
+    a subgraph or a model function (at any depth), and nodes of the binding's private domain
+    :data:`RUNTIME_DOMAIN` (only :func:`dml_onnx.to_runtime_model` writes those)."""
+    problems = []
+    versions = {o.domain: o.version for o in model.opset_import}
+    if any(node.domain == DOMAIN for node in model.graph.node) and \
+            versions.get(DOMAIN) != OPSET_VERSION:
+        problems.append(f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
+                        f"{OPSET_VERSION}")
+
+    def visit(nodes: Iterable[onnx.NodeProto], where: str | None) -> None:
+        for node in nodes:
+            if node.domain == RUNTIME_DOMAIN:
+                problems.append(f"{node.op_type} '{node_label(node)}': domain {RUNTIME_DOMAIN} "
+                                "is private to the onnxruntime binding (models hold "
+                                f"{DOMAIN} nodes)")
+            elif node.domain == DOMAIN and where is not None:
+                problems.append(f"{node.op_type} '{node_label(node)}': dml_onnx nodes inside "
+                                f"{where} are not supported by {what}")
+            for sub in subgraphs(node):
+                visit(sub.node, where or f"a subgraph ({node.op_type} node "
+                                         f"'{node_label(node)}')")
+    visit(model.graph.node, None)
     for function in model.functions:
-        for inner in function.node:
-            if inner.domain == DOMAIN:
-                raise ValueError(f"{inner.op_type} '{node_label(inner)}': dml_onnx nodes inside "
-                                 f"model function '{function.name}' are not supported by "
-                                 f"{what}")
+        visit(function.node, f"model function '{function.name}'")
+    return list(dict.fromkeys(problems))  # a node of both branches of an If once
+
+
+def check_structure(model: onnx.ModelProto, what: str) -> None:
+    """Raise ``ValueError`` with the first of :func:`structure_problems`."""
+    problems = structure_problems(model, what)
+    if problems:
+        raise ValueError(problems[0])

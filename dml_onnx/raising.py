@@ -27,7 +27,7 @@ from dml_onnx.definition import (
     node_label,
 )
 from dml_onnx.form import op_version
-from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.graphs import check_structure, element_types
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.standard import default_opset, with_functions
 
@@ -136,7 +136,7 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     the result carries each new node's standard form as a model-local function, so it still
     runs where the domain's kernels are not installed.
     """
-    reject_nested(model, "raising")
+    check_structure(model, "raising")
     opset = default_opset(model)
     types = element_types(model)
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}

@@ -51,13 +51,12 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path
 
 from custom_ops import KernelError
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
-from dml_onnx.definition import DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
+from dml_onnx.graphs import check_structure, element_types, subgraphs
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.private_api import declare_pyop, extension_hook, install_hook, session_run
 from dml_onnx.schemas import register_schemas
 
-RUNTIME_DOMAIN = "dml_onnx.runtime"
 _logger = logging.getLogger("dml_onnx")
 
 # ONNX element type -> (name in op types, PyOp type code, numpy dtype) of the types PyOps take.
@@ -99,7 +98,7 @@ _registration_lock = threading.Lock()
 class _ThreadState(threading.local):
     """What one thread's runs share with the hook (class attributes: each thread's start)."""
 
-    error: KernelError | None = None  # of the last failed kernel, until taken
+    error: BaseException | None = None  # of the first failed kernel, until taken
     in_session = 0  # depth of InferenceSession.run calls
     feeds: dict[str, Any] | None = None  # the feed of the current InferenceSession.run
     fetched: dict[str, np.ndarray] | None = None  # its direct outputs, by name
@@ -185,23 +184,41 @@ def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tu
     variant = _VARIANTS_BY_ID.get(k_id)
     if variant is None:  # somebody else's PyOp: the extension's own hook
         return extension_hook(k_id, feed, attributes)
+    if _state.in_session and _state.error is not None:
+        return _placeholders(k_id, variant)  # a kernel of this run failed: report that one
     try:
         return (k_id, *_run_call(_parse_config(attributes["config"]), feed, variant))
-    except Exception as exc:  # noqa: BLE001 - an exception here would end the process
-        error = exc if isinstance(exc, KernelError) else KernelError(
-            variant.definition.name, _node_of(attributes), "kernel", type(exc).__name__,
-            f"raised: {exc}")
-        if error is not exc:
-            error.__cause__ = exc
-        _state.error = error
+    except BaseException as exc:  # noqa: BLE001 - anything escaping here ends the process
+        _state.error = _kernel_error(exc, variant, attributes)
         if not _state.in_session:
-            _logger.error("%s", error)
-        result: list[Any] = [k_id]
-        for dtype in variant.output_dtypes:  # an output the guard Reshape cannot accept
-            result += [(0,), np.zeros(0, dtype)]
-            if variant.guarded:
-                result += [(1,), np.ones(1, np.int64)]
-        return tuple(result)
+            _logger.error("%s", _state.error if isinstance(exc, Exception) else
+                          f"{variant.definition.name} '{_node_of(attributes)}': kernel stopped "
+                          f"by {type(exc).__name__}")
+        return _placeholders(k_id, variant)
+
+
+def _kernel_error(exc: BaseException, variant: _Variant,
+                  attributes: dict[str, str]) -> BaseException:
+    """What ``run()`` raises for an exception of a kernel: a :class:`KernelError` as it is,
+    an interrupt or exit (not an ``Exception``) as it is, anything else as a
+    :class:`KernelError` naming the exception."""
+    if isinstance(exc, KernelError) or not isinstance(exc, Exception):
+        return exc
+    error = KernelError(variant.definition.name, _node_of(attributes), "kernel",
+                        type(exc).__name__, f"raised: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _placeholders(k_id: int, variant: _Variant) -> tuple:
+    """The hook's result for a failed kernel: empty outputs, which a guard ``Reshape``
+    refuses."""
+    result: list[Any] = [k_id]
+    for dtype in variant.output_dtypes:
+        result += [(0,), np.zeros(0, dtype)]
+        if variant.guarded:
+            result += [(1,), np.ones(1, np.int64)]
+    return tuple(result)
 
 
 def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[Any]:
@@ -302,15 +319,17 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
     onnxruntime: only for :class:`InferenceSession`, which runs such a model.
     """
     register_schemas()
-    reject_nested(model, "the onnxruntime binding")
+    check_structure(model, "the onnxruntime binding")
     elem_types = element_types(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]
     direct_inputs, direct_outputs = _direct_values(model.graph) if direct else (set(), set())
+    prefix = _unused_prefix(model.graph, "_dml_onnx")
     for index, node in enumerate(model.graph.node):
         if node.domain == DOMAIN:
-            result.graph.node.extend(_rewrite(node, index, elem_types, guard and not direct,
+            result.graph.node.extend(_rewrite(node, f"{prefix}_{index}", elem_types,
+                                              guard and not direct,
                                               direct_inputs, direct_outputs))
         else:
             result.graph.node.append(node)
@@ -325,6 +344,25 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
     return result
 
 
+def _unused_prefix(graph: onnx.GraphProto, prefix: str) -> str:
+    """``prefix``, lengthened by underscores until no value name of the graph (subgraphs
+    included) starts with it: the names the rewrite adds cannot clash."""
+    names: set[str] = set()
+
+    def visit(g: onnx.GraphProto) -> None:
+        names.update(v.name for v in (*g.input, *g.output, *g.value_info))
+        names.update(t.name for t in g.initializer)
+        for node in g.node:
+            names.update(node.input)
+            names.update(node.output)
+            for sub in subgraphs(node):
+                visit(sub)
+    visit(graph)
+    while any(name.startswith(prefix) for name in names):
+        prefix += "_"
+    return prefix
+
+
 def _direct_values(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     """Graph inputs (not initializers), and graph outputs listed once that no node reads."""
     read: set[str] = set()
@@ -332,10 +370,8 @@ def _direct_values(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     def visit(g: onnx.GraphProto) -> None:
         for node in g.node:
             read.update(node.input)
-            for attribute in node.attribute:
-                for sub in (*([attribute.g] if attribute.HasField("g") else []),
-                            *attribute.graphs):
-                    visit(sub)
+            for sub in subgraphs(node):
+                visit(sub)
     visit(graph)
     initializers = {t.name for t in graph.initializer}
     names = [o.name for o in graph.output]
@@ -343,7 +379,7 @@ def _direct_values(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     return inputs, {n for n in names if names.count(n) == 1 and n not in read | inputs}
 
 
-def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int], guard: bool,
+def _rewrite(node: onnx.NodeProto, prefix: str, elem_types: dict[str, int], guard: bool,
              direct_inputs: set[str], direct_outputs: set[str]) -> list:
     definition = OPERATORS_BY_NAME.get(node.op_type)
     label = node_label(node)
@@ -352,7 +388,6 @@ def _rewrite(node: onnx.NodeProto, index: int, elem_types: dict[str, int], guard
                           f"is not an operator of the {DOMAIN} domain "
                           f"(known: {', '.join(OPERATORS_BY_NAME)})")
     attributes = definition.check_node(node)
-    prefix = f"_dml_onnx_{index}"
     inputs = [node.input[i] if i < len(node.input) else "" for i in range(len(definition.inputs))]
     outputs_present = [i < len(node.output) and bool(node.output[i])
                        for i in range(len(definition.outputs))]
@@ -485,6 +520,36 @@ class InferenceSession:
             outputs = [fetched.get(name, value) for name, value in zip(names, outputs)]
         return outputs
 
+    def run_with_ort_values(self, output_names: Sequence[str] | None,
+                            input_dict_ort_values: dict[str, ort.OrtValue],
+                            run_options: ort.RunOptions | None = None) -> list[ort.OrtValue]:
+        """:meth:`run` over CPU ``OrtValue`` tensors, outputs as ``OrtValue`` tensors."""
+        feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
+        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(output))
+                for output in self.run(output_names, feeds, run_options)]
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+                  callback: Callable[[list[Any] | None, Any, str], None], user_data: Any,
+                  run_options: ort.RunOptions | None = None) -> None:
+        """:meth:`run` on a new thread, then ``callback(outputs, user_data, "")``, or
+        ``callback(None, user_data, message)`` when the run fails."""
+        def work() -> None:
+            try:
+                outputs = self.run(output_names, input_feed, run_options)
+            except Exception as error:  # noqa: BLE001 - reported to the callback, as onnxruntime
+                callback(None, user_data, str(error))
+            else:
+                callback(outputs, user_data, "")
+        threading.Thread(target=work, name="dml_onnx.run_async", daemon=True).start()
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "dml_onnx.InferenceSession does not support I/O binding (io_binding, "
+            "run_with_iobinding, run_with_ortvaluevector): its kernels read and write numpy "
+            "arrays; use run(), run_with_ort_values() or run_async()")
+
+    io_binding = run_with_iobinding = run_with_ortvaluevector = _unsupported
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
 
@@ -501,8 +566,9 @@ def _register_extensions_library(options: ort.SessionOptions) -> None:
         options.add_session_config_entry(_REGISTERED_KEY, "1")
 
 
-def take_error() -> KernelError | None:
-    """The error of the last failed kernel run by this thread since the last call, if any."""
+def take_error() -> BaseException | None:
+    """The error of the first kernel that failed on this thread since the last call, if any:
+    a :class:`KernelError`, or the ``KeyboardInterrupt`` or ``SystemExit`` that stopped it."""
     error, _state.error = _state.error, None
     return error
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.form import MINIMUM_OPSET, NotEquivalent, StandardNode
-from dml_onnx.graphs import element_types, reject_nested
+from dml_onnx.graphs import check_structure, element_types
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 
@@ -71,7 +71,7 @@ def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelPro
     ``dml_onnx`` import and functions. Raises :class:`NotEquivalent` for an opset below
     :data:`MINIMUM_OPSET` or an input of unknown element type.
     """
-    reject_nested(model, "the standard forms")
+    check_structure(model, "the standard forms")
     opset = default_opset(model)
     types = element_types(model)
     base = _prefix_for(model, "_dml_onnx")
@@ -95,7 +95,7 @@ def with_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     element types, which inputs and outputs it has, the opset), so nodes with equal forms
     share one function. Earlier ``dml_onnx`` functions are replaced.
     """
-    reject_nested(model, "the standard forms")
+    check_structure(model, "the standard forms")
     opset = default_opset(model)
     types = element_types(model)
     result = onnx.ModelProto()

@@ -57,7 +57,8 @@ class BadInput:
     (``None`` omits one); ``node_inputs``/``node_outputs`` override the node's value names;
     ``valid`` holds inputs that the same session must then run correctly (``"base"``: the
     operator's base inputs; ``None``: no input is valid for these attributes);
-    ``memory_limit`` is set while the case runs."""
+    ``memory_limit`` is set while the case runs; ``repeated`` names an attribute the node
+    holds twice."""
 
     name: str
     op: str
@@ -73,6 +74,7 @@ class BadInput:
     node_inputs: tuple[str, ...] | None = None
     node_outputs: tuple[str, ...] | None = None
     memory_limit: int | None = None
+    repeated: str = ""
     valid: dict[str, np.ndarray] | None | str = "base"
     wording: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -120,6 +122,7 @@ class BadInput:
         node.attribute.extend(  # an empty list has no type of its own: ints
             helper.make_attribute(k, v, attr_type=None if v != [] else AttributeProto.INTS)
             for k, v in self.all_attributes().items())
+        node.attribute.extend(a for a in list(node.attribute) if a.name == self.repeated)
         return node
 
     def build(self) -> Any:
@@ -292,6 +295,11 @@ def _cases() -> list[BadInput]:
         c("ints_beyond_int64", "Fold", "attribute strides takes a list of int64 values,",
           f"not [1, {1 << 64}]", frozenset({BUILD}), _ATTRIBUTE_TYPES,
           {"strides": [1, 1 << 64]}, error=TypeError),
+        c("attribute_given_twice", "RoiAlign1", "attribute", "'output_size'", MODEL,
+          _ATTRIBUTE_TYPES, repeated="output_size",
+          wording={CHECKER: ("Attribute 'output_size'", "appeared multiple times")}),
+        c("string_not_utf8", "RoiAlign1", "attribute reduction_function", r"b'\xff\xfe'", MODEL,
+          _ATTRIBUTE_TYPES, {"reduction_function": b"\xff\xfe"}),
         c("too_many_inputs", "RoiPooling", "input count", "3", MODEL, _ATTRIBUTE_TYPES,
           node_inputs=("X", "rois", "X"),
           wording={CHECKER: ("input size", "3 not in range")}),

@@ -172,7 +172,7 @@ def test_check_reports_the_opset_and_nodes_in_subgraphs():
         [helper.make_tensor_value_info(n, t, [1, 1, 2]) for n, t in (("X", 1), ("c", 9))],
         [helper.make_tensor_value_info("Y", 1, None)])
     assert dml_onnx.check_model(model) == [
-        "Unfold 'inner': dml_onnx nodes inside a subgraph (graph node 'if') are not supported "
+        "Unfold 'inner': dml_onnx nodes inside a subgraph (If node 'if') are not supported "
         "by dml_onnx"]
 
 

@@ -1,0 +1,248 @@
+"""What a hostile user tries beyond the catalogue of bad inputs (tests/bad_inputs.py): models
+that reach the binding's private domain, interrupts and exits inside kernels, chains of
+failing nodes, onnxruntime's other run methods, extreme but valid attributes, invalid opset
+imports and nesting, and value names that look like the binding's own. Whatever could end the
+process runs in a child process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime_extensions import get_library_path
+
+import dml_onnx
+from tests.native import assert_matches_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+INT64_MAX = (1 << 63) - 1
+
+
+def child(code: str, timeout: float = 120) -> str:
+    """Run ``code`` in a fresh interpreter; its stdout (it must exit 0, not crash)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    options.log_severity_level = 4
+    return ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def tensor(name: str, shape: list | None = None, elem: int = TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+POOL = dml_onnx.make_model(
+    [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
+    [tensor("X", [1, 1, 4, 4]), tensor("rois", ["R", 5])], [tensor("Y", ["R", 1, 2, 2])])
+X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+ROIS = np.array([[0, 0, 0, 3, 3]], np.float32)
+
+
+# ------------------------------------------------------------------ the private runtime domain
+def test_private_domain_nodes_are_refused_before_their_config_is_read():
+    out = child("""
+        import numpy as np
+        from onnx import TensorProto, helper
+        import dml_onnx
+        from dml_onnx.definition import RUNTIME_DOMAIN
+        node = helper.make_node("RoiPooling_float", ["X", "rois"], ["Y", "s"], name="crafted",
+                                domain=RUNTIME_DOMAIN)
+        node.attribute.append(helper.make_attribute("config", b"\\xff\\xfe"))
+        model = helper.make_model(
+            helper.make_graph([node], "g", [helper.make_tensor_value_info(n, 1, None)
+                                            for n in ("X", "rois")],
+                              [helper.make_tensor_value_info("Y", 1, None)]),
+            ir_version=10, opset_imports=[helper.make_opsetid("", 18),
+                                          helper.make_opsetid(RUNTIME_DOMAIN, 1)])
+        for make in (dml_onnx.InferenceSession, dml_onnx.to_runtime_model):
+            try:
+                make(model)
+            except ValueError as error:
+                print(error)
+        print(dml_onnx.check_model(model)[0])
+    """)
+    lines = out.splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        assert line.startswith("RoiPooling_float 'crafted': domain dml_onnx.runtime is private")
+
+
+# ------------------------------------------------------------------ interrupts and exits
+@pytest.mark.parametrize("stop", ["KeyboardInterrupt()", "SystemExit(3)"])
+def test_an_interrupt_or_exit_inside_a_kernel_comes_out_of_run_as_itself(stop):
+    out = child(f"""
+        import numpy as np
+        import dml_onnx
+        from tests.test_adversarial import POOL, ROIS, X
+        definition = dml_onnx.OPERATORS_BY_NAME["RoiPooling"]
+        kernel, stop = definition.kernel, [True]
+        def stopping(*args, **kwargs):
+            if stop[0]:
+                raise {stop}
+            return kernel(*args, **kwargs)
+        object.__setattr__(definition, "kernel", stopping)
+        session = dml_onnx.InferenceSession(POOL)
+        try:
+            session.run(None, {{"X": X, "rois": ROIS}})
+        except BaseException as error:
+            print(type(error).__name__)
+        stop[0] = False
+        print(session.run(None, {{"X": X, "rois": ROIS}})[0].ravel().tolist())
+    """)
+    assert out.split() == [stop.split("(")[0], "[5.0,", "7.0,", "13.0,", "15.0]"]
+
+
+def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working():
+    out = child("""
+        import signal
+        import numpy as np
+        from onnx import TensorProto, helper
+        import dml_onnx
+        def interrupt(*args):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        model = dml_onnx.make_model(
+            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[32, 32], name="pool")],
+            [helper.make_tensor_value_info("X", 1, [1, 64, "H", "W"]),
+             helper.make_tensor_value_info("rois", 1, ["R", 5])],
+            [helper.make_tensor_value_info("Y", 1, None)])
+        session = dml_onnx.InferenceSession(model)
+        X = np.ones((1, 64, 512, 512), np.float32)
+        rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (2000, 1))
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            session.run(None, {"X": X, "rois": rois})
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print(session.run(None, {"X": X[:, :, :4, :4].copy(), "rois": rois[:1]})[0].shape)
+    """)
+    assert out.split() == ["interrupted", "(1,", "64,", "32,", "32)"]
+
+
+# ------------------------------------------------------------------ chains and run methods
+def test_the_first_failing_node_of_a_chain_is_reported():
+    model = dml_onnx.make_model(
+        [dml_onnx.roi_pooling("X", "rois", "P", pooled_size=[2, 2], name="pool"),
+         dml_onnx.unfold("P", "Y", window_sizes=[1, 1], name="im2col")],
+        [tensor("X", [1, 1, 4, 4]), tensor("rois", [1, 5])], [tensor("Y")])
+    bad = {"X": X, "rois": np.array([[7, 0, 0, 1, 1]], np.float32)}
+    session = dml_onnx.InferenceSession(model)
+    with pytest.raises(dml_onnx.KernelError,
+                       match=r"^RoiPooling 'pool': rois\[0\] batch index 7 is outside"):
+        session.run(None, bad)
+    with pytest.raises(Exception, match="RoiPooling 'pool' output Y"):
+        plain_session(model).run(None, bad)
+    (Y,) = session.run(None, {"X": X, "rois": ROIS})
+    assert Y.shape == (1, 1, 4)
+
+
+def test_run_with_ort_values_and_run_async_work_and_io_binding_is_refused():
+    session = dml_onnx.InferenceSession(POOL)
+    (want,) = session.run(None, {"X": X, "rois": ROIS})
+    (got,) = session.run_with_ort_values(
+        None, {"X": ort.OrtValue.ortvalue_from_numpy(X),
+               "rois": ort.OrtValue.ortvalue_from_numpy(ROIS)})
+    assert np.array_equal(got.numpy(), want)
+    results: list = []
+    done = threading.Event()
+
+    def callback(outputs, user_data, error):
+        results.append((outputs, user_data, error))
+        done.set()
+    for rois, expected in ((ROIS, ""), (ROIS + np.float32([[4, 0, 0, 0, 0]]), "batch index 4")):
+        done.clear()
+        session.run_async(None, {"X": X, "rois": rois}, callback, "data")
+        assert done.wait(30)
+        outputs, user_data, error = results[-1]
+        assert user_data == "data" and expected in error
+        if not expected:
+            assert np.array_equal(outputs[0], want)
+        else:
+            assert outputs is None and error.startswith("RoiPooling 'pool'")
+    for method in ("io_binding", "run_with_iobinding", "run_with_ortvaluevector"):
+        with pytest.raises(NotImplementedError, match="does not support I/O binding"):
+            getattr(session, method)()
+
+
+# ------------------------------------------------------------------ extreme valid attributes
+@pytest.mark.parametrize("op, attributes, shape", [
+    ("unfold", {"window_sizes": [1, 1], "strides": [INT64_MAX, 1]}, [1, 2, 4, 4]),
+    ("unfold", {"window_sizes": [1, 2], "dilations": [INT64_MAX, 1],
+                "strides": [1, INT64_MAX]}, [1, 2, 4, 4]),
+    ("lp_pooling", {"window_size": [1, 2], "strides": [INT64_MAX, INT64_MAX], "p": 3},
+     [1, 2, 4, 4]),
+    ("fold", {"window_sizes": [1, 1], "output_size": [4, 4], "strides": [INT64_MAX, 1],
+              "dilations": [INT64_MAX, INT64_MAX]}, [1, 2, 4]),
+])
+def test_int64_max_strides_and_dilations_run_like_the_reference(op, attributes, shape):
+    model = dml_onnx.make_model([dml_onnx.BUILDERS[op]("X", "Y", name="n", **attributes)],
+                                [tensor("X", shape)], [tensor("Y")])
+    feeds = {"X": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+    want = dml_onnx.ReferenceEvaluator(model).run(None, feeds)
+    assert_matches_reference(dml_onnx.InferenceSession(model).run(None, feeds), want)
+    assert_matches_reference(plain_session(model).run(None, feeds), want)
+
+
+# ------------------------------------------------------------------ invalid models
+@pytest.mark.parametrize("version", [0, 2, 99])
+def test_an_opset_import_other_than_1_is_refused(version):
+    model = onnx.ModelProto()
+    model.CopyFrom(POOL)
+    next(o for o in model.opset_import if o.domain == "dml_onnx").version = version
+    message = f"model: opset import dml_onnx version {version} is not 1"
+    for make in (dml_onnx.InferenceSession, dml_onnx.to_runtime_model, dml_onnx.lower_model):
+        with pytest.raises(ValueError, match=message):
+            make(model)
+    assert dml_onnx.check_model(model) == [message]
+
+
+def test_a_node_in_an_if_of_a_model_function_is_refused():
+    branch = helper.make_graph([dml_onnx.unfold("x", "y", window_sizes=[1], name="inner")],
+                               "branch", [], [tensor("y")])
+    function = helper.make_function(
+        "local", "Wrap", ["x", "c"], ["y"],
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+        [helper.make_opsetid("", 18), helper.make_opsetid("dml_onnx", 1)])
+    model = dml_onnx.make_model(
+        [helper.make_node("Wrap", ["X", "c"], ["Y"], domain="local", name="wrap")],
+        [tensor("X", [1, 1, 2]), tensor("c", [], TensorProto.BOOL)], [tensor("Y")])
+    model.functions.append(function)
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    message = ("Unfold 'inner': dml_onnx nodes inside model function 'Wrap' are not "
+               "supported by")
+    for make in (dml_onnx.InferenceSession, dml_onnx.to_runtime_model):
+        with pytest.raises(ValueError, match=message):
+            make(model)
+    assert dml_onnx.check_model(model) == [message + " dml_onnx"]
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_value_names_like_the_bindings_own_do_not_clash(where):
+    name = "_dml_onnx_0_out_0"
+    if where == "input":
+        nodes = [helper.make_node("Identity", ["X"], [name]),
+                 dml_onnx.unfold(name, "Y", window_sizes=[1, 1], name="u")]
+    else:
+        nodes = [dml_onnx.unfold("X", name, window_sizes=[1, 1], name="u"),
+                 helper.make_node("Identity", [name], ["Y"])]
+    model = dml_onnx.make_model(nodes, [tensor("X", [1, 1, 4, 4])], [tensor("Y")])
+    feeds = {"X": X}
+    for session in (dml_onnx.InferenceSession(model), plain_session(model)):
+        (Y,) = session.run(None, feeds)
+        assert np.array_equal(Y, X.reshape(1, 1, 16))
