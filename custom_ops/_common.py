@@ -152,6 +152,19 @@ class WindowGeometry(NamedTuple):
         return len(self.window)
 
 
+def tap_ranges(g: WindowGeometry, spatial: Sequence[int]) -> tuple[range, ...]:
+    """Per spatial axis, the window taps that read the input (not padding) for some block:
+    tap ``i`` with ``0 <= b * stride + i * dilation - start < D`` for a ``b`` below ``B``. The
+    others read padding only; skipping them costs a window sum nothing."""
+    ranges = []
+    for w, s, d, a, b, size in zip(g.window, g.strides, g.dilations, g.start_padding,
+                                   g.blocks, spatial):
+        first = max(0, -((-(a - (b - 1) * s)) // d))  # ceil((a - (B - 1) * s) / d)
+        stop = min(w, (a + size - 1) // d + 1) if size else 0
+        ranges.append(range(first, max(first, stop)))
+    return tuple(ranges)
+
+
 def read_extent(g: WindowGeometry, spatial: Sequence[int]) -> tuple[tuple[int, ...], bool]:
     """The extent of the padded input that the windows read, per spatial axis (the tail of
     the end padding, or of the input, may be left unread), and whether they read padding."""

@@ -39,6 +39,7 @@ from custom_ops._common import (
     padded_copy_slices,
     read_extent,
     sliding_block_counts,
+    tap_ranges,
 )
 from custom_ops.unfold import SMALL, block_positions
 
@@ -77,6 +78,7 @@ class _Plan(NamedTuple):
     kept: tuple[slice, ...]  # the input it reads
     chunk: int  # planes per chunk
     taps: np.ndarray | None  # small inputs: [N*C, *window, *blocks] positions in X, X.size: 0
+    reading: tuple[range, ...]  # per axis, the taps that read X (the others read padding)
 
 
 @lru_cache(maxsize=256)
@@ -95,7 +97,8 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     taps = None
     if math.prod(shape[:2]) * math.prod(window) * math.prod(counts) <= SMALL:
         taps = block_positions(shape, g).reshape(-1, *window, *counts)
-    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps)
+    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps,
+                 tap_ranges(g, spatial))
 
 
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
@@ -112,12 +115,76 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     if X.size == 0:  # all taps read padding: zeros (without looping over a huge window)
         Y.fill(0)
     elif Y.size:
-        with np.errstate(over="ignore"):  # |x|^p beyond the range is inf, as the formula says
+        with np.errstate(over="ignore", under="ignore"):
             if plan.taps is None:
                 _pool(X, Y, plan, int(p))
             else:
                 _pool_small(X, Y, plan.taps, int(p))
+            if not _in_range(X, plan, int(p)):
+                _rescale(X, Y, plan, int(p))
     return Y
+
+
+def _in_range(X: np.ndarray, plan: _Plan, p: int) -> bool:
+    """Whether every ``|x|^p`` and every window sum is a normal number of the compute type,
+    so that the sums of powers are exact to rounding: no term overflows, and terms below the
+    normal range (summed with less precision) weigh less than a rounding of the sum."""
+    magnitude = np.abs(X)
+    largest = float(magnitude.max())
+    smallest = float(np.min(magnitude, where=magnitude > 0, initial=np.inf))
+    if not math.isfinite(largest):
+        return False
+    info = np.finfo(compute_dtype(X.dtype))
+    taps = math.log2(max(1, math.prod(len(r) for r in plan.reading)))
+    fits = largest == 0 or p * math.log2(largest) + taps < math.log2(float(info.max)) - 1
+    return fits and (smallest == math.inf or p * math.log2(smallest) >= _low(info, taps))
+
+
+def _low(info: np.finfo, taps: float) -> float:
+    """log2 of the smallest window sum of powers computed exactly to rounding: ``taps`` (log2)
+    subnormal terms weigh less than one rounding of it."""
+    return math.log2(float(info.tiny)) + taps - math.log2(float(info.eps))
+
+
+_RESCALE_BUDGET = 1 << 20  # gathered tap values per batch of rescaled outputs
+
+
+def _rescale(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
+    """Recompute, scaled by its window's largest ``|x|`` (in float64), every output whose
+    sum of powers may have overflowed or lost precision below the normal range:
+    ``Y = m * (sum (|x| / m)^p)^(1/p)``, ``m`` the largest ``|x|`` (0 for m = 0, inf for an
+    infinite m, NaN where the window holds NaN)."""
+    g = plan.geometry
+    info = np.finfo(compute_dtype(X.dtype))
+    taps = [np.arange(r.start, r.stop) for r in plan.reading]
+    low = 2.0 ** (_low(info, math.log2(max(1, math.prod(len(t) for t in taps)))) / p)
+    flagged = np.flatnonzero(~np.isnan(Y) & (np.isinf(Y) | np.less(Y, low)))
+    spatial = X.shape[2:]
+    planes = X.reshape(math.prod(X.shape[:2]), math.prod(spatial))
+    batch = max(1, _RESCALE_BUDGET // max(1, math.prod(len(t) for t in taps)))
+    for lo in range(0, flagged.size, batch):
+        outputs = flagged[lo:lo + batch]
+        n, c, *blocks = np.unravel_index(outputs, Y.shape)
+        flat, inside = np.zeros((outputs.size,) + (1,) * g.k, np.int64), True
+        for axis, (b, t) in enumerate(zip(blocks, taps)):
+            shape = [1] * (1 + g.k)
+            shape[1 + axis] = t.size
+            position = (b.reshape(-1, *[1] * g.k) * g.strides[axis]
+                        + (t * g.dilations[axis] - g.start_padding[axis]).reshape(shape))
+            inside = inside & (position >= 0) & (position < spatial[axis])
+            flat = flat * spatial[axis] + position
+        plane = (n * X.shape[1] + c).reshape(-1, *[1] * g.k)
+        values = np.abs(planes[plane, np.where(inside, flat, 0)].astype(np.float64))
+        values[~inside] = 0
+        values = values.reshape(outputs.size, -1)
+        largest = values.max(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sums = np.power(values / largest, float(p)).sum(axis=1)
+            result = largest[:, 0] * np.power(sums, 1.0 / p)
+        result[largest[:, 0] == 0] = 0
+        result[np.isinf(largest[:, 0])] = np.inf
+        result[np.isnan(largest[:, 0])] = np.nan
+        Y.flat[outputs] = result
 
 
 def _pool_small(X: np.ndarray, Y: np.ndarray, taps: np.ndarray, p: int) -> None:
@@ -172,20 +239,23 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         acc, target = padded[:hi - lo], Y[lo:hi]
         for axis in range(g.k):
             out = partial[axis][:hi - lo] if axis < len(partial) else target
-            acc = _window_sum(acc, out, 1 + axis, g.window[axis], g.strides[axis],
+            acc = _window_sum(acc, out, 1 + axis, plan.reading[axis], g.strides[axis],
                               g.dilations[axis])
         _root(acc, p, target)
 
 
-def _window_sum(values: np.ndarray, out: np.ndarray, axis: int, window: int, stride: int,
+def _window_sum(values: np.ndarray, out: np.ndarray, axis: int, taps: range, stride: int,
                 dilation: int) -> np.ndarray:
-    """``out`` = the sum of ``window`` dilated taps along ``axis`` of ``values``, in tap order."""
+    """``out`` = the sum of the dilated ``taps`` along ``axis`` of ``values``, in tap order
+    (the taps left out read zeros only)."""
     count = out.shape[axis]
     index: list[slice] = [slice(None)] * values.ndim
-    for tap in range(window):
+    if not taps:
+        out.fill(0)
+    for tap in taps:
         first = tap * dilation
         index[axis] = slice(first, first + (count - 1) * stride + 1, stride)
-        if tap:
+        if tap != taps.start:
             np.add(out, values[tuple(index)], out=out)
         else:
             np.copyto(out, values[tuple(index)])

@@ -90,9 +90,31 @@ def test_float64_keeps_double_precision():
     np.testing.assert_allclose(got, reference(x, **a), rtol=1e-13)
 
 
-def test_huge_p_overflows_like_the_formula():
-    x = np.full((1, 1, 2), 1e10, np.float32)
-    assert np.isinf(lp_pooling(x, **_attributes([2], p=4))).all()  # (1e10)^4 > float32 max
+@pytest.mark.parametrize("value, p, dtype", [
+    (1e10, 4, np.float32),  # (1e10)^4 is beyond float32
+    (2.0, 128, np.float32),  # 2^128 too
+    (0.5, 200, np.float32),  # 0.5^200 is below float32's smallest subnormal
+    (1e-30, 2, np.float32),
+    (3e-5, 3, np.float16),
+    (1e300, 2, np.float64),
+    (1e-200, 2, np.float64),
+    (0.75, (1 << 63) - 1, np.float32),  # the largest p: the norm is the largest magnitude
+])
+def test_the_norm_is_exact_where_powers_leave_the_float_range(value, p, dtype):
+    x = np.full((1, 1, 4), value, dtype)
+    x[0, 0, 1] *= -0.5  # windows of 3 over [v, -v/2, v, v, (0)]
+    v = float(x[0, 0, 0])
+    both = v * (2 + 0.5 ** p) ** (1 / p)
+    want = [both, both, v * 2 ** (1 / p)]
+    got = lp_pooling(x, **_attributes([3], end=[1], p=p))
+    np.testing.assert_allclose(got[0, 0].astype(np.float64), want, rtol=4 * np.finfo(dtype).eps)
+    np.testing.assert_array_equal(got, reference(x, **_attributes([3], end=[1], p=p)))
+
+
+def test_infinity_and_nan_in_a_window_of_extreme_values():
+    x = np.array([[[1e30, np.inf, 1e-30, np.nan, 3.0]]], np.float32)
+    got = lp_pooling(x, **_attributes([2], p=3))
+    np.testing.assert_array_equal(got, [[[np.inf, np.inf, np.nan, np.nan]]])
 
 
 def test_nan_propagates():

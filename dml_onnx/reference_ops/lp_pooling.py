@@ -5,8 +5,10 @@
     O_d = (D_d + start_d + end_d - dilation_d * (window_d - 1) - 1) / stride_d + 1
     Y[n, c, o] = (sum over window taps i of |X[n, c, o * stride - start + i * dilation]|^p)^(1/p)
 
-Taps in the zero padding add nothing. Each sum and root is computed in float64 (Python floats)
-and rounded once to ``Y``'s type; ``|x|^p`` beyond float64's range is +inf.
+Taps in the zero padding add nothing. Each norm is computed in float64 (Python floats) scaled
+by the window's largest magnitude ``m``, ``m * (sum (|x| / m)^p)^(1/p)``, so that no power
+overflows or underflows for any p (0 when m is 0, +inf when m is, NaN when the window holds
+NaN), and rounded once to ``Y``'s type.
 """
 
 from __future__ import annotations
@@ -33,19 +35,21 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     sliding_block_counts(OP, node, spatial, *window)  # raises for an output size below 1
     Y = np.empty((*X.shape[:2], *block_counts(window, spatial)), X.dtype)
     for n, c, *o in grid(Y.shape):
-        total = 0.0
+        magnitudes = []
         for tap in grid(window.sizes):
             position = reads(window, o, tap, spatial)
             if position is not None:
-                total += _power(abs(float(X[(n, c, *position)])), p)
+                magnitudes.append(abs(float(X[(n, c, *position)])))
         with np.errstate(over="ignore"):  # beyond Y's range: inf, at the one rounding
-            Y[(n, c, *o)] = total ** (1 / p)
+            Y[(n, c, *o)] = _norm(magnitudes, p)
     return Y
 
 
-def _power(magnitude: float, p: int) -> float:
-    """``magnitude ** p``; +inf beyond float64's range (where Python raises instead)."""
-    try:
-        return magnitude ** p
-    except OverflowError:
-        return math.inf
+def _norm(magnitudes: list[float], p: int) -> float:
+    """``(sum m_i^p)^(1/p)`` of non-negative floats, scaled by the largest."""
+    if any(math.isnan(m) for m in magnitudes):
+        return math.nan
+    largest = max(magnitudes, default=0.0)
+    if largest == 0 or math.isinf(largest):
+        return largest
+    return largest * math.fsum((m / largest) ** p for m in magnitudes) ** (1 / p)
