@@ -125,15 +125,23 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     return Y
 
 
+_RANGE_CHUNK = 1 << 16  # elements of X whose magnitudes are checked at once
+
+
 def _in_range(X: np.ndarray, plan: _Plan, p: int) -> bool:
     """Whether every ``|x|^p`` and every window sum is a normal number of the compute type,
     so that the sums of powers are exact to rounding: no term overflows, and terms below the
     normal range (summed with less precision) weigh less than a rounding of the sum."""
-    magnitude = np.abs(X)
-    largest = float(magnitude.max())
-    smallest = float(np.min(magnitude, where=magnitude > 0, initial=np.inf))
-    if not math.isfinite(largest):
-        return False
+    largest, smallest = 0.0, math.inf
+    flat = X.reshape(-1)
+    for lo in range(0, flat.size, _RANGE_CHUNK):  # small temporaries
+        magnitude = np.abs(flat[lo:lo + _RANGE_CHUNK])
+        chunk_largest = float(np.fmax.reduce(magnitude))  # NaN only when all are NaN
+        if math.isinf(chunk_largest):
+            return False
+        largest = max(largest, chunk_largest) if chunk_largest == chunk_largest else largest
+        smallest = min(smallest, float(np.min(magnitude, where=magnitude > 0,
+                                              initial=np.inf)))
     info = np.finfo(compute_dtype(X.dtype))
     taps = math.log2(max(1, math.prod(len(r) for r in plan.reading)))
     fits = largest == 0 or p * math.log2(largest) + taps < math.log2(float(info.max)) - 1

@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import helper
 
-from custom_ops._common import check_memory
+from custom_ops._common import check_memory, compute_dtype
 from dml_onnx.definition import (
     DOMAIN,
     Shape,
@@ -25,9 +24,8 @@ from dml_onnx.definition import (
     lenient_inference,
     node_label,
 )
-from dml_onnx.graphs import element_types, structure_problems
+from dml_onnx.graphs import element_types, load_model, structure_problems
 from dml_onnx.ops import OPERATORS_BY_NAME
-from dml_onnx.runtime import load_model
 from dml_onnx.schemas import register_schemas
 
 
@@ -40,7 +38,7 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
     """
     try:
         model = load_model(model)
-    except (OSError, DecodeError) as error:
+    except (OSError, ValueError) as error:
         return [f"model: cannot be read as ONNX ({error})"]
     register_schemas()
     problems = structure_problems(model, "dml_onnx")
@@ -96,7 +94,8 @@ def _node_problems(node: onnx.NodeProto, types: dict[str, int],
                 and shape is not None and all(known(d) for d in shape)):
             try:
                 check_memory(definition.name, label, f"output {parameter.name}", shape,
-                             helper.tensor_dtype_to_np_dtype(elem_types[parameter.type]))
+                             compute_dtype(helper.tensor_dtype_to_np_dtype(
+                                 elem_types[parameter.type])))
             except ValueError as error:
                 problems.append(str(error))
     return problems

@@ -15,6 +15,7 @@ import onnx
 
 from dml_onnx import conformance, docs
 from dml_onnx.check import check_model
+from dml_onnx.graphs import load_model
 from dml_onnx.raising import raise_model
 from dml_onnx.standard import lower_model
 
@@ -48,14 +49,14 @@ def _conformance_run(args: argparse.Namespace) -> int:
 
 
 def _lower(args: argparse.Namespace) -> int:
-    model = lower_model(onnx.load(args.input), native=not args.decompose)
+    model = lower_model(load_model(args.input), native=not args.decompose)
     onnx.save(model, args.output)
     print(f"wrote {args.output}: {len(model.graph.node)} standard nodes")
     return 0
 
 
 def _raise(args: argparse.Namespace) -> int:
-    result = raise_model(onnx.load(args.input), positive_rois=args.positive_rois,
+    result = raise_model(load_model(args.input), positive_rois=args.positive_rois,
                          functions=not args.no_functions)
     onnx.save(result.model, args.output)
     for name in result.raised:

@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from dml_onnx.builders import STANDARD_OPSET, make_model
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
 from dml_onnx.form import DIRECTML_VERSIONS, op_version
+from dml_onnx.graphs import load_model
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import InferenceSession
@@ -201,16 +203,25 @@ def export_suite(directory: str | Path) -> list[Path]:
 
 
 def load_case(folder: str | Path) -> Case:
+    """A case folder of the backend layout. Raises ``ValueError`` (``OSError``) for one that
+    cannot be read, or that holds no expected output."""
     folder = Path(folder)
-    model = onnx.load(folder / "model.onnx")
+    model = load_model(folder / "model.onnx")
     data = folder / "test_data_set_0"
 
     def read(prefix: str) -> dict[str, np.ndarray]:
-        tensors = [onnx.load_tensor(p) for p in sorted(data.glob(f"{prefix}_*.pb"),
-                                                        key=lambda p: int(p.stem.split("_")[1]))]
+        tensors = []
+        for path in sorted(data.glob(f"{prefix}_*.pb"), key=lambda p: p.stem.split("_")[1]):
+            try:
+                tensors.append(onnx.load_tensor(path))
+            except DecodeError as error:
+                raise ValueError(f"{path} is not an ONNX tensor ({error})") from None
         return {t.name: numpy_helper.to_array(t) for t in tensors}
 
-    return Case(folder.name, model, read("input"), read("output"), Tolerance.read(folder))
+    expected = read("output")
+    if not expected:
+        raise ValueError(f"{data} holds no expected output (output_*.pb)")
+    return Case(folder.name, model, read("input"), expected, Tolerance.read(folder))
 
 
 @dataclass(frozen=True)
@@ -281,7 +292,12 @@ def run_suite(directory: str | Path, *, providers: Sequence[str] = ("CPUExecutio
     folders = sorted(Path(directory).glob("test_*"))
     outcomes = []
     for done, folder in enumerate(folders, 1):
-        outcomes.append(run_case(load_case(folder), providers=providers, runtime=runtime))
+        try:
+            case = load_case(folder)
+        except (OSError, ValueError) as error:
+            outcomes.append(Outcome(folder.name, "unreadable", (f"{error}",), 0.0))
+        else:
+            outcomes.append(run_case(case, providers=providers, runtime=runtime))
         if progress is not None:
             progress(done, len(folders), outcomes[-1])
     return outcomes

@@ -24,7 +24,7 @@ import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.defs import OpSchema
 
-from custom_ops._common import KernelError, check_memory, memory_limit
+from custom_ops._common import KernelError, check_memory, compute_dtype, memory_limit
 from dml_onnx.form import StandardNode
 
 DOMAIN = "dml_onnx"
@@ -388,8 +388,9 @@ class OpDefinition:
                             attributes: dict[str, Any], node: str,
                             outputs_present: Sequence[bool]) -> None:
         """Raise :class:`KernelError` before a kernel runs when one of its requested outputs
-        (shapes from :attr:`infer_shapes`) would exceed the memory limit. Inputs whose shapes
-        do not fit are left to the kernel, which names the exact problem."""
+        (shapes from :attr:`infer_shapes`, at the type the kernel computes it in: float16 as
+        float32) would exceed the memory limit. Inputs whose shapes do not fit are left to the
+        kernel, which names the exact problem."""
         try:
             shapes = self.infer_shapes([None if a is None else list(a.shape) for a in inputs],
                                        attributes, node)
@@ -399,7 +400,7 @@ class OpDefinition:
         for parameter, shape, present in zip(self.outputs, shapes, outputs_present):
             if present and shape is not None and all(known(d) for d in shape):
                 check_memory(self.name, node, f"output {parameter.name}", shape,
-                             dtypes[parameter.type])
+                             compute_dtype(dtypes[parameter.type]))
 
 
 _inference = threading.local()

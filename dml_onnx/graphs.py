@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
 from dml_onnx.schemas import register_schemas
+
+
+def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """A ModelProto from a path, serialized bytes or a ModelProto.
+
+    Raises ``ValueError`` naming the file for what is not an ONNX model: a path that is not a
+    regular file (a directory, FIFO or device is never read), an empty file, bytes protobuf
+    cannot parse, a message without an IR version or a graph; ``OSError`` for a file that
+    cannot be opened.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        what, serialized = f"{len(model)} bytes", bytes(model)
+    else:
+        path = Path(os.fspath(model))
+        what = str(path)
+        if path.exists() and not path.is_file():
+            raise ValueError(f"{what} is not a regular file")
+        if path.is_file() and path.stat().st_size == 0:
+            raise ValueError(f"{what} is empty")
+        serialized = None
+    try:
+        proto = onnx.load(what) if serialized is None else onnx.load_from_string(serialized)
+    except DecodeError as error:
+        raise ValueError(f"{what} is not an ONNX model ({error})") from None
+    if not proto.ir_version or not proto.HasField("graph"):
+        raise ValueError(f"{what} is not an ONNX model (it has no IR version or no graph)")
+    return proto
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:

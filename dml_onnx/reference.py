@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator as _OnnxReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
+from dml_onnx.graphs import load_model
 from dml_onnx.ops import OPERATORS
 
 
@@ -48,8 +49,7 @@ class ReferenceEvaluator(_OnnxReferenceEvaluator):
     def __init__(self, proto: Any, *args: Any, new_ops: list[type[OpRun]] | None = None,
                  **kwargs: Any):
         if isinstance(proto, (str, bytes, os.PathLike)):
-            proto = onnx.load(proto) if not isinstance(proto, bytes) else \
-                onnx.load_from_string(proto)
+            proto = load_model(proto)
         if isinstance(proto, onnx.ModelProto) and any(f.domain == DOMAIN
                                                       for f in proto.functions):
             stripped = onnx.ModelProto()

@@ -52,7 +52,7 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path
 from custom_ops import KernelError
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import check_structure, element_types, subgraphs
+from dml_onnx.graphs import check_structure, element_types, load_model, subgraphs
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.private_api import declare_pyop, extension_hook, install_hook, session_run
 from dml_onnx.schemas import register_schemas
@@ -455,15 +455,6 @@ def _rewrite(node: onnx.NodeProto, prefix: str, elem_types: dict[str, int], guar
 
 
 # ----------------------------------------------------------------------------- session
-def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """A ModelProto from a path, serialized bytes or a ModelProto."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_model_from_string(bytes(model))
-    return onnx.load(os.fspath(model))
-
-
 class InferenceSession:
     """``onnxruntime.InferenceSession`` for models with ``dml_onnx`` nodes.
 

@@ -115,6 +115,9 @@ def test_infinity_and_nan_in_a_window_of_extreme_values():
     x = np.array([[[1e30, np.inf, 1e-30, np.nan, 3.0]]], np.float32)
     got = lp_pooling(x, **_attributes([2], p=3))
     np.testing.assert_array_equal(got, [[[np.inf, np.inf, np.nan, np.nan]]])
+    x = np.array([[[np.nan, 1e30, 1e30, 5.0]]], np.float32)  # NaN beside powers out of range
+    got = lp_pooling(x, **_attributes([2], p=2))
+    np.testing.assert_allclose(got, [[[np.nan, 2 ** 0.5 * 1e30, 1e30]]], rtol=1e-6)
 
 
 def test_nan_propagates():
