@@ -359,11 +359,15 @@ def set_memory_limit(limit: int | None) -> int | None:
     Returns the previous setting, so that ``set_memory_limit(previous)`` restores it.
     """
     global _limit_setting
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 0):
-        raise ValueError(f"memory limit {limit!r} is not a number of bytes >= 0 or None")
+    _check_limit_setting("memory limit", limit, "bytes")
     previous, _limit_setting = _limit_setting, limit
     return previous
+
+
+def _check_limit_setting(name: str, limit: object, unit: str) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise ValueError(f"{name} {limit!r} is not a number of {unit} >= 0 or None")
 
 
 def check_memory(op: str, node: str, field: str, shape: Sequence[int],
@@ -378,3 +382,34 @@ def check_memory(op: str, node: str, field: str, shape: Sequence[int],
         raise KernelError(op, node, field, [int(d) for d in shape],
                           f"of {dtype.name} needs {size} bytes, above the memory limit of "
                           f"{limit} bytes (dml_onnx.set_memory_limit)")
+
+
+# ----------------------------------------------------------------------------- work limit
+DEFAULT_WORK_LIMIT = 1 << 32
+"""Values one kernel call may read by its slowest path (samples times channels, window taps
+times outputs): about a minute on one core at worst."""
+_work_setting: int | None = None  # None: the default
+
+
+def work_limit() -> int:
+    """The most values that one kernel call may read (see :data:`DEFAULT_WORK_LIMIT`)."""
+    return DEFAULT_WORK_LIMIT if _work_setting is None else _work_setting
+
+
+def set_work_limit(limit: int | None) -> int | None:
+    """Set the process-wide work limit (``None``: the default again); returns the previous
+    setting, so that ``set_work_limit(previous)`` restores it."""
+    global _work_setting
+    _check_limit_setting("work limit", limit, "values")
+    previous, _work_setting = _work_setting, limit
+    return previous
+
+
+def check_work(op: str, node: str, field: str, amount: float) -> None:
+    """Raise :class:`KernelError` when a call would read more than :func:`work_limit` values
+    (``field`` names them: ``"sample reads"``, ``"window tap reads"``). Call it before the
+    work starts."""
+    limit = work_limit()
+    if amount > limit:
+        raise KernelError(op, node, field, int(amount),
+                          f"are above the work limit of {limit} (dml_onnx.set_work_limit)")

@@ -33,6 +33,7 @@ from custom_ops._common import (
     check_memory,
     check_rank,
     check_window_attributes,
+    check_work,
     compute_dtype,
     filled,
     memory_limit,
@@ -40,6 +41,7 @@ from custom_ops._common import (
     read_extent,
     sliding_block_counts,
     tap_ranges,
+    work_limit,
 )
 from custom_ops.unfold import SMALL, block_positions
 
@@ -83,7 +85,7 @@ class _Plan(NamedTuple):
 
 @lru_cache(maxsize=256)
 def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
-          attributes: tuple[tuple[int, ...], ...], limit: int) -> _Plan:
+          attributes: tuple[tuple[int, ...], ...], limits: tuple[int, int]) -> _Plan:
     """Per input shape and type (cached): block counts, padded layout, chunking, memory."""
     window, strides, dilations, start, end = attributes
     spatial = shape[2:]
@@ -97,8 +99,12 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     taps = None
     if math.prod(shape[:2]) * math.prod(window) * math.prod(counts) <= SMALL:
         taps = block_positions(shape, g).reshape(-1, *window, *counts)
-    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps,
-                 tap_ranges(g, spatial))
+    reading = tap_ranges(g, spatial)
+    # the window sums, axis after axis: the taps that read X, over what is left of the buffer
+    check_work(OP, node, "window tap reads", math.prod(shape[:2]) * sum(
+        len(reading[axis]) * math.prod(counts[:axis + 1]) * math.prod(extent[axis + 1:])
+        for axis in range(g.k)))
+    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps, reading)
 
 
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
@@ -110,7 +116,7 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     X = np.asarray(X)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (len(attributes[0]) + 2,))
-    plan = _plan(node, X.shape, X.dtype, attributes, memory_limit())
+    plan = _plan(node, X.shape, X.dtype, attributes, (memory_limit(), work_limit()))
     Y = np.empty((*X.shape[:2], *plan.geometry.blocks), X.dtype)
     if X.size == 0:  # all taps read padding: zeros (without looping over a huge window)
         Y.fill(0)

@@ -47,6 +47,7 @@ from custom_ops._common import (
     check_ints,
     check_memory,
     check_rank,
+    check_work,
     compute_dtype,
     run_parallel,
     serial_matmul,
@@ -216,6 +217,14 @@ class Plan:
                               "maximum_samples_per_output")
         self.n = n.astype(np.int64)  # [2, R]: y, then x
         self.n_y, self.n_x = self.n[0], self.n[1]
+
+    def check_work(self, by_samples: np.ndarray, channels: int) -> None:
+        """The work limit, for the regions (a mask) reduced sample by sample: each of their
+        samples is read in every channel."""
+        (oh, ow) = self.output_size
+        samples = (self.n_y * oh).astype(np.float64) * (self.n_x * ow)
+        check_work(self.op, self.node, "sample reads",
+                   float(samples[by_samples].sum()) * channels)
 
     def check_row_limit(self, r: int) -> None:
         """Per-sample paths hold one output row of samples: ``n_y * S_x`` of them."""
@@ -614,13 +623,31 @@ def _parts(values: np.ndarray, ny: int, nx: int) -> list[np.ndarray]:
     return [v[k // nx, :, k % nx] for k in range(ny * nx)]
 
 
+def _by_sample(values: np.ndarray, ny: int, nx: int) -> np.ndarray:
+    """``[Sy, Sx, C]`` samples as ``[ny * nx, OHk, OW, C]``: each bin's k-th sample (row-major
+    over ``ny x nx``) in row k (a copy)."""
+    sy, sx, c = values.shape
+    v = values.reshape(ny, sy // ny, nx, sx // nx, c)  # the layout of _parts
+    return np.ascontiguousarray(v.transpose(0, 2, 1, 3, 4)).reshape(ny * nx, sy // ny,
+                                                                       sx // nx, c)
+
+
+_MANY_SAMPLES = 64
+"""Samples per bin above which a bin reduction is one numpy call over a copy, not a Python
+loop over the samples (the loop's cost follows the sample count, not the data size)."""
+
+
 def reduce_bins(values: np.ndarray, ny: int, nx: int, average: bool) -> np.ndarray:
-    """``[Sy, Sx, C]`` samples to ``[OHk, OW, C]``: the mean or the max (NaN wins) per bin."""
-    parts = _parts(values, ny, nx)
+    """``[Sy, Sx, C]`` samples to ``[OHk, OW, C]``: the mean or the max (NaN wins) per bin;
+    a sum adds the samples in row-major order either way."""
     ufunc = np.add if average else np.maximum
-    result = parts[0].copy()
-    for part in parts[1:]:
-        ufunc(result, part, out=result)
+    if ny * nx > _MANY_SAMPLES:
+        result = ufunc.reduce(_by_sample(values, ny, nx), axis=0)  # row after row, in order
+    else:
+        parts = _parts(values, ny, nx)
+        result = parts[0].copy()
+        for part in parts[1:]:
+            ufunc(result, part, out=result)
     if average:
         result /= values.dtype.type(ny * nx)
     return result
@@ -629,9 +656,12 @@ def reduce_bins(values: np.ndarray, ny: int, nx: int, average: bool) -> np.ndarr
 def argmax_bins(values: np.ndarray, ny: int, nx: int, *, nan_aware: bool) -> np.ndarray:
     """Per bin, the index (row-major over ``ny x nx``) of the first maximum; with
     ``nan_aware`` a NaN sample counts as the maximum, as in ``np.argmax``."""
+    dtype = np.int16 if ny * nx < 1 << 15 else np.intp
+    if ny * nx > _MANY_SAMPLES:  # np.argmax: the first maximum, or the first NaN
+        return np.argmax(_by_sample(values, ny, nx), axis=0).astype(dtype)
     parts = _parts(values, ny, nx)
     best = parts[0].copy()
-    index = np.zeros(best.shape, np.int16 if ny * nx < 1 << 15 else np.intp)
+    index = np.zeros(best.shape, dtype)
     better = np.empty(best.shape, bool)
     for k, part in enumerate(parts[1:], 1):
         np.greater(part, best, out=better)
@@ -649,8 +679,23 @@ def expand_bins(per_bin: np.ndarray, ny: int, nx: int) -> np.ndarray:
     return spread.reshape(ny * ko, nx * ow, c).copy()
 
 
+def _from_sample(by_sample: np.ndarray, ny: int, nx: int) -> np.ndarray:
+    """The inverse of :func:`_by_sample`: ``[ny * nx, OHk, OW, C]`` to ``[Sy, Sx, C]``."""
+    _, ko, ow, c = by_sample.shape
+    v = by_sample.reshape(ny, nx, ko, ow, c).transpose(0, 2, 1, 3, 4)
+    return np.ascontiguousarray(v).reshape(ny * ko, nx * ow, c)
+
+
+def _one_hot(index: np.ndarray, ny: int, nx: int) -> np.ndarray:
+    """``[ny * nx, OHk, OW, C]``: whether each sample is its bin's chosen one."""
+    return np.arange(ny * nx).reshape(-1, 1, 1, 1) == index[None]
+
+
 def to_winners(per_bin: np.ndarray, index: np.ndarray, ny: int, nx: int) -> np.ndarray:
     """``[Sy, Sx, C]``: ``per_bin`` on the sample :func:`argmax_bins` chose, 0 elsewhere."""
+    if ny * nx > _MANY_SAMPLES:
+        return _from_sample(np.where(_one_hot(index, ny, nx), per_bin[None],
+                                     per_bin.dtype.type(0)), ny, nx)
     ko, ow, c = per_bin.shape
     out = np.empty((ny * ko, nx * ow, c), per_bin.dtype)
     finite = np.isfinite(per_bin).all()
@@ -666,6 +711,8 @@ def to_winners(per_bin: np.ndarray, index: np.ndarray, ny: int, nx: int) -> np.n
 
 def winner_mask(index: np.ndarray, ny: int, nx: int) -> np.ndarray:
     """The one-hot ``[Sy, Sx, C]`` mask of the samples that :func:`argmax_bins` chose."""
+    if ny * nx > _MANY_SAMPLES:
+        return _from_sample(_one_hot(index, ny, nx), ny, nx)
     ko, ow, c = index.shape
     mask = np.empty((ny * ko, nx * ow, c), bool)
     for k, part in enumerate(_parts(mask, ny, nx)):
@@ -744,6 +791,7 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
         plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
         Xt = channels_last(X, dtype)
         finite = all_finite(Xt)
+        plan.check_work(~((sampling.reduction == "average") & finite[batch]), channels)
         Yv = Y.transpose(0, 2, 1, 3)  # [R, OH, C, OW]
         _forward_blocks(plan, Xt, finite, batch, Y, Yv, out_of_bounds)
     return Y.astype(X.dtype, copy=False)

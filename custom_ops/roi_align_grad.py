@@ -184,6 +184,9 @@ def _backward_blocks(plan: Plan, Xt: np.ndarray | None, grads: np.ndarray, batch
     g_finite = all_finite(grads)
     x_finite = all_finite(Xt) if Xt is not None else None
     gv = grads.transpose(0, 2, 3, 1)  # [R, OH, OW, C]
+    images_finite = np.ones(len(batch), bool) if x_finite is None else x_finite[batch]
+    plan.check_work(~(average & g_finite & (images_finite | (not want_drois))),
+                    grads.shape[1])
     for block in plan.blocks(bins=average, rows=not average, derivatives=want_drois):
         grid = plan.grid(block, bins=average, rows=not average, derivatives=want_drois)
         for j, r in enumerate(range(block.start, block.stop)):

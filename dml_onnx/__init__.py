@@ -6,7 +6,7 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 """
 
 from custom_ops import KernelError
-from custom_ops._common import memory_limit, set_memory_limit
+from custom_ops._common import memory_limit, set_memory_limit, set_work_limit, work_limit
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, make_model
 from dml_onnx.check import check_model
 from dml_onnx.definition import DOMAIN, OPSET_VERSION
@@ -25,6 +25,7 @@ __all__ = [
     "BUILDERS", "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION",
     "STANDARD_OPSET", "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
     "check_model", "deregister_schemas", "make_model", "memory_limit", "register_runtime_ops",
-    "register_schemas", "set_memory_limit", "lower_model", "to_runtime_model", "with_functions",
+    "register_schemas", "set_memory_limit", "set_work_limit", "lower_model", "to_runtime_model",
+    "with_functions", "work_limit",
     *BUILDERS,
 ]

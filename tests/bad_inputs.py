@@ -194,6 +194,7 @@ IMAGE = _RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
 ROIS5 = np.array([[0, 0, 0, 3, 3], [1, 1.5, 1, 5, 4.5]], np.float32)
 ROIS4 = np.ascontiguousarray(ROIS5[:, 1:])
 BATCH = np.array([0, 1], np.int64)
+HUGE_ROIS = np.tile(np.float32([[0, 0, 2048, 40960]]), (60, 1))  # 40960 x 2048 samples each
 GRAD = _RNG.standard_normal((2, 3, 2, 2)).astype(np.float32)
 POOL_X = _RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
 COLUMNS = _RNG.standard_normal((1, 8, 9)).astype(np.float32)  # Fold 2x2 over 4x4: 9 blocks
@@ -249,6 +250,7 @@ SPEC_ERRORS = (
     "Fold: second input size not a multiple of prod(window_sizes)",
     "element types",
     "memory limit",
+    "work limit",
 )
 """Each error the specification lists (OPERATORS.md, sections 0-6), plus the element-type and
 memory rules; every one is some case's ``spec``."""
@@ -452,6 +454,11 @@ def _cases() -> list[BadInput]:
         c("roi_align_sample_limit", "RoiAlign1", "rois[1] samples along x", "10000000", DATA,
           "memory limit", inputs={"rois": _rois4(0, 0, 1e7, 1)}),
 
+        c("roi_align_max_over_a_huge_region", "RoiAlign1", "sample reads", "5033164800", DATA,
+          "work limit", {"reduction_function": "max", "output_size": [20, 1]},
+          inputs={"X": IMAGE[:1, :1, :1, :1], "rois": HUGE_ROIS,
+                  "batch_indices": np.zeros(60, np.int64)}),
+
         # ---- RoiAlignGrad
         c("roi_align_grad_no_output", "RoiAlignGrad", "requested outputs", "[]",
           ATTRIBUTE, "RoiAlignGrad: no output requested", outputs=(False, False)),
@@ -492,6 +499,12 @@ def _cases() -> list[BadInput]:
           f"[{TRILLION}, 3, {TRILLION}, 6]", frozenset({CHECK, RUN}), "memory limit",
           {"input_shape": [TRILLION, 3, TRILLION, 6]}, inputs={"X": None}, valid=None),
 
+        c("roi_align_grad_max_over_a_huge_region", "RoiAlignGrad", "sample reads",
+          "5033164800", DATA, "work limit", {"reduction_function": "max"},
+          inputs={"X": IMAGE[:1, :1, :1, :1], "rois": HUGE_ROIS,
+                  "batch_indices": np.zeros(60, np.int64),
+                  "dY": np.ones((60, 1, 20, 1), np.float32)}),
+
         # ---- LpPooling
         c("lp_pooling_rank_2", "LpPooling", "X rank", "2", SHAPE, "LpPooling: rank outside 3..5",
           {"window_size": [2]}, inputs={"X": POOL_X[0, 0]}, error=ValueError,
@@ -524,6 +537,11 @@ def _cases() -> list[BadInput]:
         c("lp_pooling_output_above_limit", "LpPooling", "output Y", "[1, 2, 4, 4]",
           frozenset({CHECK, RUN}), "memory limit", memory_limit=100,
           valid={"X": POOL_X[:, :1, :3, :3]}),
+
+        c("lp_pooling_huge_window_over_padding", "LpPooling", "window tap reads", "41000204998",
+          DATA, "work limit", {"window_size": [1, 200000], "start_padding": [0, 199999],
+                               "end_padding": [0, 199999]},
+          inputs={"X": POOL_X[:1, :1, :1].repeat(1000, axis=3)}, valid=None),
 
         # ---- Unfold
         c("unfold_seven_axes", "Unfold", "window_sizes", "[1, 1, 1, 1, 1, 1, 1]", ATTRIBUTE,

@@ -337,3 +337,57 @@ def test_check_model_and_run_agree_on_a_float16_output_at_the_memory_limit(limit
         dml_onnx.set_memory_limit(previous)
     assert problems == ([] if failure is None else [failure])
     assert (failure is None) == (limit >= 16 * 4)
+
+
+# ------------------------------------------------------------------ bounded work
+def test_the_reported_slow_cases_finish_and_match_the_reference():
+    """RoiAlign1 max over one huge ROI of a 1x1 image (84M samples: the samples of a bin are
+    reduced in one numpy call), and LpPooling of one value with a 2e7 window over padding
+    (the taps reading padding are skipped). A child with a time limit: a hang fails."""
+    out = child("""
+        import numpy as np
+        import dml_onnx
+        from onnx import TensorProto, helper
+        value = lambda name, shape: helper.make_tensor_value_info(name, 1, shape)
+        roi = dml_onnx.make_model(
+            [dml_onnx.roi_align1("X", "rois", "b", "Y", output_size=[20, 1],
+                                 reduction_function="max", name="ra")],
+            [value("X", [1, 1, 1, 1]), value("rois", [1, 4]),
+             helper.make_tensor_value_info("b", TensorProto.INT64, [1])], [value("Y", None)])
+        (Y,) = dml_onnx.InferenceSession(roi).run(None, {
+            "X": np.full((1, 1, 1, 1), 3, np.float32),
+            "rois": np.array([[0, 0, 2048, 40960]], np.float32), "b": np.zeros(1, np.int64)})
+        print(Y.ravel().tolist())
+        lp = dml_onnx.make_model(
+            [dml_onnx.lp_pooling("X", "Y", window_size=[20000000], start_padding=[10000000],
+                                 end_padding=[10000000], p=2, name="lp")],
+            [value("X", [1, 1, 1])], [value("Y", None)])
+        print(dml_onnx.InferenceSession(lp).run(None, {"X": np.full((1, 1, 1), -2, np.float32)})[0]
+              .ravel().tolist())
+    """, timeout=120)
+    roi_line, lp_line = out.splitlines()
+    # bin 0 holds the samples on the one pixel (3) and beyond it (0); the others lie beyond
+    assert eval(roi_line) == [3.0] + [0.0] * 19
+    assert eval(lp_line) == [2.0, 2.0]
+
+
+def test_the_work_limit_is_set_like_the_memory_limit():
+    model = dml_onnx.make_model(
+        [dml_onnx.lp_pooling("X", "Y", window_size=[3, 3], name="lp")],
+        [tensor("X", [1, 2, 5, 5])], [tensor("Y")])
+    session = dml_onnx.InferenceSession(model)
+    feeds = {"X": np.ones((1, 2, 5, 5), np.float32)}
+    assert dml_onnx.work_limit() == 1 << 32
+    session.run(None, feeds)  # a plan made under the default limit is not reused under another
+    previous = dml_onnx.set_work_limit(10)
+    try:
+        assert dml_onnx.work_limit() == 10
+        with pytest.raises(dml_onnx.KernelError, match=r"^LpPooling 'lp': window tap reads \d+ "
+                           r"are above the work limit of 10 \(dml_onnx.set_work_limit\)$"):
+            session.run(None, feeds)
+    finally:
+        assert dml_onnx.set_work_limit(previous) == 10
+    assert session.run(None, feeds)[0].shape == (1, 2, 3, 3)
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="work limit"):
+            dml_onnx.set_work_limit(bad)
