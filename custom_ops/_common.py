@@ -385,9 +385,10 @@ def check_memory(op: str, node: str, field: str, shape: Sequence[int],
 
 
 # ----------------------------------------------------------------------------- work limit
-DEFAULT_WORK_LIMIT = 1 << 32
-"""Values one kernel call may read by its slowest path (samples times channels, window taps
-times outputs): about a minute on one core at worst."""
+DEFAULT_WORK_LIMIT = 1 << 31
+"""Values one kernel call may read on its slowest path (ROI samples times channels, window taps
+times the values they sum): at most about 45 s on one core (RoiAlignGrad, max reduction, one
+channel)."""
 _work_setting: int | None = None  # None: the default
 
 

@@ -377,7 +377,7 @@ def test_the_work_limit_is_set_like_the_memory_limit():
         [tensor("X", [1, 2, 5, 5])], [tensor("Y")])
     session = dml_onnx.InferenceSession(model)
     feeds = {"X": np.ones((1, 2, 5, 5), np.float32)}
-    assert dml_onnx.work_limit() == 1 << 32
+    assert dml_onnx.work_limit() == 1 << 31
     session.run(None, feeds)  # a plan made under the default limit is not reused under another
     previous = dml_onnx.set_work_limit(10)
     try:
