@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
 from dml_onnx.schemas import register_schemas
@@ -18,7 +18,8 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 
     Raises ``ValueError`` naming the file for what is not an ONNX model: a path that is not a
     regular file (a directory, FIFO or device is never read), an empty file, bytes protobuf
-    cannot parse, a message without an IR version or a graph; ``OSError`` for a file that
+    cannot parse (a string that is not UTF-8 included), a message without an IR version or a
+    graph; ``OSError`` for a file that
     cannot be opened.
     """
     if isinstance(model, onnx.ModelProto):
@@ -35,11 +36,26 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         serialized = None
     try:
         proto = onnx.load(what) if serialized is None else onnx.load_from_string(serialized)
-    except DecodeError as error:
+    except (DecodeError, UnicodeDecodeError) as error:  # a string field that is not UTF-8
         raise ValueError(f"{what} is not an ONNX model ({error})") from None
     if not proto.ir_version or not proto.HasField("graph"):
         raise ValueError(f"{what} is not an ONNX model (it has no IR version or no graph)")
+    _check_strings(proto, what)
     return proto
+
+
+def _check_strings(message: Message, what: str) -> None:
+    """Raise ``ValueError`` for a string field that is not UTF-8: ONNX files are proto2,
+    whose parser hands such a string over as bytes (or fails later, on reading it)."""
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            for item in [value] if isinstance(value, Message) else value:
+                _check_strings(item, what)
+        elif field.type == field.TYPE_STRING:
+            for item in [value] if isinstance(value, (str, bytes)) else value:
+                if not isinstance(item, str):
+                    raise ValueError(f"{what} is not an ONNX model (field "
+                                     f"{field.full_name} {item!r} is not UTF-8)")
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -71,9 +87,14 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 def structure_problems(model: onnx.ModelProto, what: str) -> list[str]:
     """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
-    an opset import of the domain other than :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside
-    a subgraph or a model function (at any depth), and nodes of the binding's private domain
-    :data:`RUNTIME_DOMAIN` (only :func:`dml_onnx.to_runtime_model` writes those)."""
+    a string field that is not UTF-8, an opset import of the domain other than
+    :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside a subgraph or a model function (at any
+    depth), and nodes of the binding's private domain :data:`RUNTIME_DOMAIN` (only
+    :func:`dml_onnx.to_runtime_model` writes those)."""
+    try:
+        _check_strings(model, "the model")
+    except ValueError as error:
+        return [f"model: {error}"]  # the rest reads those strings
     problems = []
     versions = {o.domain: o.version for o in model.opset_import}
     if any(node.domain == DOMAIN for node in model.graph.node) and \

@@ -258,10 +258,11 @@ def not_models(tmp_path):
     (tmp_path / "empty.onnx").write_bytes(b"")
     (tmp_path / "random.onnx").write_bytes(np.random.default_rng(5).bytes(3000))
     (tmp_path / "text.onnx").write_bytes(b"ir_version: 10\n")  # parses, holds no graph
+    (tmp_path / "latin1.onnx").write_bytes(POOL.SerializeToString().replace(b"pool", b"p\xf6l\xff"))
     (tmp_path / "folder.onnx").mkdir()
     os.mkfifo(tmp_path / "fifo.onnx")
-    return tmp_path, ["empty.onnx", "random.onnx", "text.onnx", "folder.onnx", "fifo.onnx",
-                      "missing.onnx"]
+    return tmp_path, ["empty.onnx", "random.onnx", "text.onnx", "latin1.onnx", "folder.onnx",
+                      "fifo.onnx", "missing.onnx"]
 
 
 @pytest.mark.parametrize("verb", [["check"], ["lower"], ["raise"], ["conformance", "run"]])
