@@ -387,8 +387,8 @@ def check_memory(op: str, node: str, field: str, shape: Sequence[int],
 # ----------------------------------------------------------------------------- work limit
 DEFAULT_WORK_LIMIT = 1 << 31
 """Values one kernel call may read on its slowest path (ROI samples times channels, window taps
-times the values they sum): at most about 45 s on one core (RoiAlignGrad, max reduction, one
-channel)."""
+times the values they sum): 47 s at most on a 2-core machine (RoiAlignGrad, max reduction, one
+channel, drois)."""
 _work_setting: int | None = None  # None: the default
 
 
