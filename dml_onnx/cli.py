@@ -1,19 +1,20 @@
 """The ``dml-onnx`` command (also ``python -m dml_onnx``).
 
-Sub-commands: ``conformance export|run``, ``lower``, ``raise``, ``check`` and ``operators``;
+Sub-commands: ``conformance export|run|probe``, ``lower``, ``raise``, ``check`` and ``operators``;
 ``dml-onnx <command> --help`` describes each.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import onnx
 
-from dml_onnx import conformance, docs
+from dml_onnx import conformance, docs, probes
 from dml_onnx.check import check_model
 from dml_onnx.graphs import load_model
 from dml_onnx.raising import raise_model
@@ -46,6 +47,23 @@ def _conformance_run(args: argparse.Namespace) -> int:
     print(f"conformance: {len(outcomes) - len(failed)} passed, {len(failed)} failed "
           f"(dml_onnx models: {args.runtime}; standard models: {', '.join(args.providers)})")
     return 1 if failed else 0
+
+
+def _conformance_probe(args: argparse.Namespace) -> int:
+    folder = args.directory / conformance.PROBES
+    folder = folder if folder.is_dir() else args.directory
+    if not any(folder.glob("test_probe_*")):
+        print(f"no probes (test_probe_*) in {folder}", file=sys.stderr)
+        return 2
+    findings = [f for provider in args.providers for f in probes.run_probes(folder, provider)]
+    print(probes.report(findings))
+    if args.json:
+        by_provider = {p: {f.point: f.as_json() for f in findings if f.provider == p}
+                       for p in args.providers}
+        data = by_provider[args.providers[0]] if len(args.providers) == 1 else by_provider
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _lower(args: argparse.Namespace) -> int:
@@ -105,6 +123,17 @@ def _parser() -> argparse.ArgumentParser:
                           "(default) or dml_onnx.ReferenceEvaluator")
     run.add_argument("--quiet", action="store_true", help="report failed cases only")
     run.set_defaults(handler=_conformance_run)
+    probe = suite.add_parser(
+        "probe", help="run the probes and name the reading each provider follows on each "
+                      "point DirectML leaves open")
+    probe.add_argument("directory", nargs="?", default="models", type=Path)
+    probe.add_argument("--providers", nargs="+", default=["CPUExecutionProvider"],
+                       metavar="PROVIDER", help="onnxruntime execution providers to measure, "
+                                                "e.g. DmlExecutionProvider")
+    probe.add_argument("--json", type=Path, metavar="FILE",
+                       help='also write {"<point>": {"reading", "cases", "matched", '
+                            '"max_diff"}} (keyed by provider first when several are given)')
+    probe.set_defaults(handler=_conformance_probe)
 
     lower = commands.add_parser("lower", help="rewrite every dml_onnx node into standard ops")
     lower.add_argument("input", type=Path)

@@ -32,6 +32,7 @@ import onnxruntime as ort
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
+from dml_onnx import probes
 from dml_onnx.builders import STANDARD_OPSET, make_model
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
 from dml_onnx.form import DIRECTML_VERSIONS, op_version
@@ -176,8 +177,14 @@ def all_cases() -> list[Case]:
     return [c for case in cases for c in (case, expanded(case))]
 
 
+PROBES = "probes"
+"""The folder of the suite that holds the probes (:mod:`dml_onnx.probes`): measured, not
+counted as cases."""
+
+
 def export_suite(directory: str | Path) -> list[Path]:
-    """Write every case under ``directory``, replacing earlier ``test_*`` folders.
+    """Write every case under ``directory``, replacing earlier ``test_*`` folders, and the
+    probes under ``directory/probes``.
 
     The files depend only on the cases: writing twice gives identical bytes.
     """
@@ -185,6 +192,7 @@ def export_suite(directory: str | Path) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     for old in root.glob("test_*"):
         shutil.rmtree(old)
+    probes.export_probes(root / PROBES)
     written = []
     for case in all_cases():
         folder = root / case.name
