@@ -191,7 +191,7 @@ def _rescale(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         values = np.abs(planes[plane, np.where(inside, flat, 0)].astype(np.float64))
         values[~inside] = 0
         values = values.reshape(outputs.size, -1)
-        largest = values.max(axis=1, keepdims=True)
+        largest = values.max(axis=1, keepdims=True, initial=0.0)  # no tap reads X: 0
         with np.errstate(invalid="ignore", divide="ignore"):
             sums = np.power(values / largest, float(p)).sum(axis=1)
             result = largest[:, 0] * np.power(sums, 1.0 / p)

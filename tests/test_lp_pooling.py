@@ -111,6 +111,14 @@ def test_the_norm_is_exact_where_powers_leave_the_float_range(value, p, dtype):
     np.testing.assert_array_equal(got, reference(x, **_attributes([3], end=[1], p=p)))
 
 
+def test_extreme_values_where_no_tap_of_an_axis_reads_the_input():
+    """Found by hypothesis: the recomputed outputs of a window that reads padding only."""
+    x = np.array([[[[[np.inf, -0.5284]]], [[[-0.0, np.nan]]]]], np.float32)
+    a = _attributes([2, 1, 1], strides=[2, 1, 1], dilations=[1, 1, 2], start=[2, 0, 0],
+                    end=[0, 0, 1], p=16)
+    np.testing.assert_array_equal(lp_pooling(x, **a), reference(x, **a))
+
+
 def test_infinity_and_nan_in_a_window_of_extreme_values():
     x = np.array([[[1e30, np.inf, 1e-30, np.nan, 3.0]]], np.float32)
     got = lp_pooling(x, **_attributes([2], p=3))
