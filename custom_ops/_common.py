@@ -238,16 +238,20 @@ THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity"
 CPUs this process may use, at most 8."""
 _executor: tuple[int, ThreadPoolExecutor] | None = None  # with the process that started it
 _executor_lock = threading.Lock()
+thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("thread_limit", default=0)
+"""The most threads a kernel called in this context may use (0: :data:`THREADS`); set by
+``dml_onnx.InferenceSession.run`` from the session's ``intra_op_num_threads``."""
 
 
 def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run independent tasks, split in :data:`THREADS` interleaved groups: one group on the
-    calling thread, the others on shared worker threads, in copies of the caller's context
-    and under its ``np.errstate`` (numpy 1 keeps that per thread, not in the context).
+    """Run independent tasks, split in :data:`THREADS` (or :data:`thread_limit`) interleaved
+    groups: one group on the calling thread, the others on shared worker threads, in copies
+    of the caller's context and under its ``np.errstate`` (numpy 1 keeps that per thread, not
+    in the context).
     Raises the error of the first failing task in ``tasks`` order, as a serial loop would
     (each group stops at its first failure)."""
     global _executor
-    groups = min(THREADS, len(tasks))
+    groups = min(THREADS, thread_limit.get() or THREADS, len(tasks))
     if groups <= 1:
         for task in tasks:
             task()

@@ -50,6 +50,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime_extensions import PyCustomOpDef, get_library_path
 
 from custom_ops import KernelError
+from custom_ops._common import thread_limit
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import check_structure, element_types, load_model, subgraphs
@@ -462,7 +463,10 @@ class InferenceSession:
     ``onnxruntime.InferenceSession``; ``run()`` has its signature. An invalid input of a
     ``dml_onnx`` node makes ``run()`` raise :class:`KernelError` (a ``ValueError``) naming the
     operator, node, field and value; the session keeps working. The given ``sess_options``
-    gets the onnxruntime-extensions library registered and sequential execution set.
+    gets the onnxruntime-extensions library registered, sequential execution, and
+    ``session.intra_op.allow_spinning`` / ``session.inter_op.allow_spinning`` set to "0"
+    unless already set (onnxruntime's idle workers would spin on the cores our kernels use);
+    its ``intra_op_num_threads``, when set, also limits the threads of our kernels.
     Everything else is delegated to the wrapped onnxruntime session.
     """
 
@@ -476,6 +480,10 @@ class InferenceSession:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
+        for key in _NO_SPINNING:  # idle workers would take the cores our kernels run on
+            if not _has_config_entry(options, key):
+                options.add_session_config_entry(key, "0")
+        self._threads = options.intra_op_num_threads  # 0: every core
         self._session = ort.InferenceSession(
             model.SerializeToString(), options,
             providers=list(providers) if providers else ["CPUExecutionProvider"],
@@ -493,6 +501,7 @@ class InferenceSession:
         outer = state.feeds, state.fetched
         state.feeds, state.fetched = input_feed, {}
         names = output_names or self._output_names
+        threads = thread_limit.set(self._threads)
         try:
             outputs = self._run(names, input_feed, run_options or self._run_options)
             fetched = state.fetched
@@ -502,6 +511,7 @@ class InferenceSession:
                 raise
             raise error from error.__cause__ or exc
         finally:
+            thread_limit.reset(threads)
             state.in_session -= 1
             state.feeds, state.fetched = outer
         error = take_error()
@@ -546,13 +556,22 @@ class InferenceSession:
 
 
 _REGISTERED_KEY = "dml_onnx.extensions_library_registered"
+_NO_SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+"""Session options set to "0" unless the caller set them: onnxruntime's idle worker threads
+then sleep instead of spinning on the cores a Python kernel right after them needs."""
+
+
+def _has_config_entry(options: ort.SessionOptions, key: str) -> bool:
+    try:
+        options.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return False
+    return True
 
 
 def _register_extensions_library(options: ort.SessionOptions) -> None:
     """Register onnxruntime-extensions once per options object (twice fails the session)."""
-    try:
-        options.get_session_config_entry(_REGISTERED_KEY)
-    except RuntimeError:  # not registered yet
+    if not _has_config_entry(options, _REGISTERED_KEY):
         options.register_custom_ops_library(get_library_path())
         options.add_session_config_entry(_REGISTERED_KEY, "1")
 
