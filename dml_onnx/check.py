@@ -24,7 +24,7 @@ from dml_onnx.definition import (
     lenient_inference,
     node_label,
 )
-from dml_onnx.graphs import element_types, load_model, structure_problems
+from dml_onnx.graphs import element_types, load_model, structure_problems, without_weights
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.schemas import register_schemas
 
@@ -43,7 +43,8 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
     register_schemas()
     problems = structure_problems(model, "dml_onnx")
     with lenient_inference():
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
+                                                     strict_mode=False)
         types = element_types(inferred)
     shapes = _shapes(inferred.graph)
     for node in model.graph.node:

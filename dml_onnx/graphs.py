@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -47,22 +48,52 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 def _check_strings(message: Message, what: str) -> None:
     """Raise ``ValueError`` for a string field that is not UTF-8: ONNX files are proto2,
     whose parser hands such a string over as bytes (or fails later, on reading it)."""
-    for field, value in message.ListFields():
+    for field in message.DESCRIPTOR.fields:  # not ListFields: it copies every bytes field
+        if field.type not in (field.TYPE_MESSAGE, field.TYPE_STRING):
+            continue
+        value = getattr(message, field.name)
+        singular = isinstance(value, (Message, str, bytes))
         if field.type == field.TYPE_MESSAGE:
-            for item in [value] if isinstance(value, Message) else value:
-                _check_strings(item, what)
-        elif field.type == field.TYPE_STRING:
-            for item in [value] if isinstance(value, (str, bytes)) else value:
-                if not isinstance(item, str):
-                    raise ValueError(f"{what} is not an ONNX model (field "
-                                     f"{field.full_name} {item!r} is not UTF-8)")
+            if not singular or message.HasField(field.name):
+                for item in [value] if singular else value:
+                    _check_strings(item, what)
+            continue
+        for item in [value] if singular else value:
+            if not isinstance(item, str):
+                raise ValueError(f"{what} is not an ONNX model (field "
+                                 f"{field.full_name} {item!r} is not UTF-8)")
+
+
+WEIGHT_ELEMENTS = 1 << 12
+"""Initializers of more elements are weights: their values are never shape data, and copying
+them (to onnx's shape inference, into onnxruntime's serialized model) dominates the cost."""
+
+
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as shape inference needs it: large initializers keep their name, type and
+    dims but no values (the model itself when it has none)."""
+    if all(math.prod(t.dims) <= WEIGHT_ELEMENTS for t in model.graph.initializer):
+        return model
+    source = model.graph
+    graph = onnx.GraphProto(name=source.name, node=source.node, input=source.input,
+                            output=source.output, value_info=source.value_info,
+                            sparse_initializer=source.sparse_initializer)
+    for tensor in source.initializer:
+        if math.prod(tensor.dims) <= WEIGHT_ELEMENTS:
+            graph.initializer.append(tensor)
+        else:
+            graph.initializer.add(name=tensor.name, data_type=tensor.data_type,
+                                  dims=tensor.dims)
+    return onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                           functions=model.functions, graph=graph)
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every value of the main graph whose type is known (declared,
     inferred with the domain's schemas, an initializer or a ``Constant``)."""
     register_schemas()
-    graph = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False).graph
+    graph = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
+                                              strict_mode=False).graph
     types = {}
     for value in (*graph.input, *graph.value_info, *graph.output):
         if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:

@@ -9,10 +9,11 @@ import threading
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from custom_ops import _common
+from dml_onnx.graphs import WEIGHT_ELEMENTS
 
 MODEL = dml_onnx.make_model(
     [dml_onnx.unfold("X", "Y", window_sizes=[2, 2], name="u")],
@@ -63,3 +64,25 @@ def test_run_parallel_uses_at_most_the_thread_limit(limit, monkeypatch):
     finally:
         _common.thread_limit.reset(token)
     assert 1 <= len(threads) <= limit
+
+
+def test_large_initializers_reach_onnxruntime_as_values_with_the_same_result():
+    """Weights above dml_onnx.graphs.WEIGHT_ELEMENTS are handed over as OrtValues (the
+    serialized model keeps stubs); on options of the caller's they stay in the model."""
+    rng = np.random.default_rng(4)
+    weight = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    assert weight.size > WEIGHT_ELEMENTS
+    model = dml_onnx.make_model(
+        [helper.make_node("Conv", ["X", "W"], ["F"], pads=[1, 1, 1, 1]),
+         dml_onnx.unfold("F", "Y", window_sizes=[2, 2], name="u")],
+        list(MODEL.graph.input), list(MODEL.graph.output))
+    model.graph.initializer.append(numpy_helper.from_array(weight, "W"))
+    feeds = {"X": rng.standard_normal((1, 64, 8, 8)).astype(np.float32)}
+    handed = dml_onnx.InferenceSession(model)
+    assert len(handed._weights) == 1
+    options = ort.SessionOptions()
+    kept = dml_onnx.InferenceSession(model, options)
+    assert kept._weights == []
+    (want,) = kept.run(None, feeds)
+    np.testing.assert_array_equal(handed.run(None, feeds)[0], want)
+    assert model.graph.initializer[0].raw_data  # the caller's model keeps its weights
