@@ -1,6 +1,6 @@
 """Time every operator through ``dml_onnx.InferenceSession`` against its native peers, in one run.
 
-    python benchmarks/run.py [--repeat N] [--only TEXT] [--results DIR]
+    python benchmarks/run.py [--repeat N] [--only TEXT] [--results DIR] [--cores 1,2,16]
 
 Each row runs one ``dml_onnx`` node and its peers on the same inputs, alternating between them
 (so that drift in machine load touches both alike), and reports the median time of each, the
@@ -12,6 +12,12 @@ a dependency; rows whose peer is missing say so), and for the float16 rows our o
 Before timing, every row checks that our output equals the peer's where the specification says
 they agree, and measures the memory our run allocates (numpy allocations, by ``tracemalloc``).
 
+With ``--cores``, the rows run once per core count, each in a child process pinned to that many
+CPUs (its affinity, so our kernels' threads follow), with onnxruntime's ``intra_op_num_threads``
+(ours and the peers' sessions) and torch's ``set_num_threads`` set to the same count: every side
+gets the same cores. The report then holds a table per core count and one of how each row
+scales.
+
 Writes ``benchmarks.md`` (the table) and, when matplotlib is importable (the ``bench`` extra),
 ``benchmarks.png`` (ratios against targets) to ``--results`` (default: ``benchmarks/results``).
 """
@@ -19,11 +25,15 @@ Writes ``benchmarks.md`` (the table) and, when matplotlib is importable (the ``b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import json
 import math
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -38,6 +48,24 @@ from dml_onnx.conformance import single_node_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
+threads = 0
+"""Threads every side may use (``--threads``; 0: each library's default)."""
+
+
+def session_options() -> ort.SessionOptions:
+    """Session options with :data:`threads` as onnxruntime's intra-op thread count."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def _torch():
+    """torch with :data:`threads` threads."""
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    return torch
 
 
 @dataclass(frozen=True)
@@ -127,7 +155,7 @@ class Result:
 def _onnxruntime_peer(row: Row, ops: str, agreement: Agreement) -> Peer:
     def make() -> Callable[[], np.ndarray]:
         standard = dml_onnx.lower_model(row.model())
-        session = ort.InferenceSession(standard.SerializeToString(),
+        session = ort.InferenceSession(standard.SerializeToString(), session_options(),
                                        providers=["CPUExecutionProvider"])
         feeds = row.feeds()
         return lambda: session.run(None, feeds)[0]
@@ -137,7 +165,7 @@ def _onnxruntime_peer(row: Row, ops: str, agreement: Agreement) -> Peer:
 def _torch_unfold_peer(x: np.ndarray, window: int, padding: int) -> Peer:
     def make() -> Callable[[], np.ndarray] | None:
         try:
-            import torch
+            torch = _torch()
         except ImportError:
             return None
         tensor = torch.from_numpy(x)
@@ -150,7 +178,7 @@ def _torchvision_backward_peer(x: np.ndarray, boxes: np.ndarray, batch: np.ndarr
                                sampling: int) -> Peer:
     def make() -> Callable[[], np.ndarray] | None:
         try:
-            import torch
+            torch = _torch()
             import torchvision
         except ImportError:
             return None
@@ -171,7 +199,7 @@ def _float32_peer(row: Row) -> Peer:
         wide = tuple(a.astype(np.float32) if a is not None and a.dtype == np.float16 else a
                      for a in row.inputs)
         wide_row = Row(row.name, row.op, wide, row.attributes, row.target, outputs=row.outputs)
-        session = dml_onnx.InferenceSession(wide_row.model())
+        session = dml_onnx.InferenceSession(wide_row.model(), session_options())
         feeds = wide_row.feeds()
         return lambda: session.run(None, feeds)[0]
     return Peer("ours float32", make, EXACT, comparable=lambda y: y.astype(np.float16))
@@ -346,7 +374,7 @@ def _reset_peak_resident() -> int | None:
 
 
 def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
-    session = dml_onnx.InferenceSession(row.model())
+    session = dml_onnx.InferenceSession(row.model(), session_options())
     feeds = row.feeds()
     ours = lambda: session.run(None, feeds)[0]  # noqa: E731
     peers = list(row.peers)
@@ -401,11 +429,23 @@ def table(results: Sequence[Result]) -> str:
 
 
 def environment(repeat: int, load: tuple[float, float]) -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"onnxruntime {ort.__version__}, numpy {np.__version__}{_torch_versions()}; "
-            f"{repeat} samples per call (tiny cases: each sample averages a loop of about "
-            f"{SAMPLE_SECONDS * 1e3:g} ms); 1-minute load average {load[0]:.1f} before the "
-            f"run, {load[1]:.1f} after")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{platform.machine()}, {os.cpu_count()} cores ({cores} usable), {_cpu_name()}, "
+            f"Python {platform.python_version()}, onnxruntime {ort.__version__}, numpy "
+            f"{np.__version__}{_torch_versions()}; {repeat} samples per call (tiny cases: "
+            f"each sample averages a loop of about {SAMPLE_SECONDS * 1e3:g} ms); 1-minute load "
+            f"average {load[0]:.1f} before the run, {load[1]:.1f} after")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def _load() -> float:
@@ -421,13 +461,60 @@ def _torch_versions() -> str:
     return f", torch {torch.__version__}, torchvision {torchvision.__version__}"
 
 
+LEGEND = ("ratio = median ours / median peer (below 1: we are faster); spread = "
+          "interquartile range / median; output check = our output against the peer's; "
+          "temporaries = peak memory of our run beyond its outputs (numpy allocations, and "
+          "the growth of the process's peak resident size), in units of the outputs' size.")
+
+
 def markdown(results: Sequence[Result], repeat: int, load: tuple[float, float]) -> str:
-    return (f"# Benchmark results\n\n{environment(repeat, load)}.\n\n"
-            "ratio = median ours / median peer (below 1: we are faster); spread = "
-            "interquartile range / median; output check = our output against the peer's; "
-            "temporaries = peak memory of our run beyond its outputs (numpy allocations, and "
-            "the growth of the process's peak resident size), in units of the outputs' size."
-            "\n\n" + table(results) + "\n")
+    return (f"# Benchmark results\n\n{environment(repeat, load)}.\n\n{LEGEND}\n\n"
+            + table(results) + "\n")
+
+
+def scaling_table(by_cores: dict[int, list[Result]]) -> str:
+    """Per row and peer: our time, the peer's time and the ratio at each core count, and our
+    time at the most cores over our time at the fewest."""
+    counts = sorted(by_cores)
+    slash = " / ".join(str(k) for k in counts)
+    lines = [f"| benchmark | peer | ours ms at {slash} cores | peer ms | ratio | ours "
+             f"{counts[-1]} / ours {counts[0]} |", "|---|---|---:|---:|---:|---:|"]
+    for first in by_cores[counts[0]]:
+        same = [next(r for r in by_cores[k] if (r.row, r.peer) == (first.row, first.peer))
+                for k in counts]
+        ratios = " / ".join("-" if math.isnan(r.ratio) else f"{r.ratio:.2f}" for r in same)
+        lines.append(f"| {first.row} | {first.peer} | "
+                     f"{' / '.join(_ms(r.ours_ms) for r in same)} | "
+                     f"{' / '.join(_ms(r.peer_ms) for r in same)} | {ratios} | "
+                     f"{same[-1].ours_ms / same[0].ours_ms:.2f} |")
+    return "\n".join(lines)
+
+
+def cores_markdown(by_cores: dict[int, list[Result]], repeat: int,
+                   load: tuple[float, float]) -> str:
+    """The report of a ``--cores`` run: how each row scales, then a table per core count."""
+    parts = [f"# Benchmark results at {', '.join(map(str, sorted(by_cores)))} cores\n\n"
+             f"{environment(repeat, load)}. At k cores every side is given k cores: our "
+             "process is pinned to k CPUs, onnxruntime's intra_op_num_threads is k, torch "
+             f"uses k threads.\n\n{LEGEND}\n\n## Scaling\n\n{scaling_table(by_cores)}\n"]
+    for k in sorted(by_cores):
+        parts.append(f"\n## {k} core{'s' if k > 1 else ''}\n\n{table(by_cores[k])}\n")
+    return "".join(parts)
+
+
+def run_pinned(cores: int, argv: Sequence[str]) -> list[Result]:
+    """This script's rows in a child process pinned to the first ``cores`` usable CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cores > len(cpus):
+        raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
+    chosen = set(cpus[:cores])
+    with tempfile.TemporaryDirectory() as folder:
+        found = Path(folder) / "results.json"
+        subprocess.run([sys.executable, __file__, *argv, "--threads", str(cores),
+                        "--json", str(found)],
+                       preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
+                       stdout=subprocess.DEVNULL)
+        return [Result(**fields) for fields in json.loads(found.read_text())]
 
 
 def chart(results: Sequence[Result], path: Path) -> bool:
@@ -459,25 +546,46 @@ def chart(results: Sequence[Result], path: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    global threads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=21, help="samples per call (default 21)")
     parser.add_argument("--only", default="", help="run the rows whose name contains this")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="where to write benchmarks.md and benchmarks.png")
+    parser.add_argument("--cores", default="",
+                        help="comma-separated core counts (e.g. 1,2,16): a run per count, "
+                             "every side pinned to that many cores")
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    threads = args.threads
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    load_before = _load()
+    args.results.mkdir(parents=True, exist_ok=True)
+    if args.cores:
+        by_cores = {}
+        for cores in sorted({int(k) for k in args.cores.split(",")}):
+            log(f"== {cores} core(s)")
+            by_cores[cores] = run_pinned(cores, ["--repeat", str(args.repeat),
+                                                 "--only", args.only])
+        text = cores_markdown(by_cores, args.repeat, (load_before, _load()))
+        print(text)
+        (args.results / "benchmarks.md").write_text(text)
+        log(f"wrote {args.results / 'benchmarks.md'}")
+        return
     chosen = [row for row in rows(np.random.default_rng(0)) if args.only in row.name]
     results: list[Result] = []
-    load_before = _load()
     for index, row in enumerate(chosen, 1):
         log(f"[{index}/{len(chosen)}] {row.name}")
         results += run_row(row, args.repeat, log)
+    if args.json:
+        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+        return
     text = markdown(results, args.repeat, (load_before, _load()))
     print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "benchmarks.md").write_text(text)
     if chart(results, args.results / "benchmarks.png"):
         log(f"wrote {args.results / 'benchmarks.md'} and {args.results / 'benchmarks.png'}")

@@ -232,15 +232,41 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out.reshape(n, h, w, c)
 
 
-THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else os.cpu_count() or 1)
-"""Threads a kernel splits independent chunks over (numpy releases the GIL in its loops): the
-CPUs this process may use, at most 8."""
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""Threads a kernel splits independent chunks over (numpy and the compiled loops release the
+interpreter lock): the CPUs this process may use when it starts."""
 _executor: tuple[int, ThreadPoolExecutor] | None = None  # with the process that started it
 _executor_lock = threading.Lock()
 thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("thread_limit", default=0)
 """The most threads a kernel called in this context may use (0: :data:`THREADS`); set by
 ``dml_onnx.InferenceSession.run`` from the session's ``intra_op_num_threads``."""
+
+
+GRAIN = 1 << 15
+"""Values read per thread below which splitting a call over more threads costs more than it
+saves (starting a task takes some 20-50 us)."""
+
+
+def workers(work: float | None = None) -> int:
+    """The threads a kernel called now may use: :data:`THREADS`, or :data:`thread_limit` when
+    it is set and lower; with ``work`` (values read), at most one per :data:`GRAIN`."""
+    allowed = min(THREADS, thread_limit.get() or THREADS)
+    return allowed if work is None else max(1, min(allowed, int(work // GRAIN)))
+
+
+def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
+    """``range(count)`` dealt to one group per worker (see :func:`workers`): ``k, k + g,
+    k + 2g, ...``, so that items of different cost mix in every group."""
+    groups = max(1, min(workers(work), count))
+    return [np.arange(k, count, groups) for k in range(groups)]
+
+
+def bands(count: int, work: float | None = None) -> list[tuple[int, int]]:
+    """``range(count)`` cut into one run of consecutive items per worker (see
+    :func:`workers`), as ``(start, stop)`` pairs."""
+    groups = max(1, min(workers(work), count))
+    cuts = [count * k // groups for k in range(groups + 1)]
+    return list(zip(cuts, cuts[1:]))
 
 
 def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
@@ -251,7 +277,7 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
     Raises the error of the first failing task in ``tasks`` order, as a serial loop would
     (each group stops at its first failure)."""
     global _executor
-    groups = min(THREADS, thread_limit.get() or THREADS, len(tasks))
+    groups = min(workers(), len(tasks))
     if groups <= 1:
         for task in tasks:
             task()

@@ -1,4 +1,4 @@
-"""RoiAlignGrad: DML_ROI_ALIGN_GRAD_OPERATOR_DESC as a numpy kernel (specification section 3).
+"""RoiAlignGrad: DML_ROI_ALIGN_GRAD_OPERATOR_DESC as a kernel (specification section 3).
 
 The backward of :mod:`custom_ops.roi_align1`, torchvision.ops style. Inputs: ``X [N, C, H, W]``
 (optional: ``input_shape`` stands in for its shape when only ``dX`` is wanted with average
@@ -16,43 +16,38 @@ reduction), ``dY [R, C, OH, OW]``, ``rois`` and ``batch_indices`` as RoiAlign1. 
 
 Same sample grid and attributes as RoiAlign1, less ``output_size`` (dY's last two sizes) and
 ``out_of_bounds_input_value``. float16 is computed in float32 and rounded once.
-Implementation: the matrices of RoiAlign1 transposed (see its docstring); ``dY`` or an image
-holding NaN or infinity takes the literal scatter/gather path.
+Implementation: the compiled loops of :mod:`custom_ops._roi_loops`. Winners (max) and
+``drois`` are found region by region on the threads; ``dX`` is scattered by bands of image rows,
+one per thread, each visiting every region in order (the result does not depend on the thread
+count).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
 from custom_ops._common import (
     KernelError,
+    bands,
     channels_last,
     check_float_input,
     check_ints,
+    check_memory,
     check_rank,
     compute_dtype,
+    interleaved,
+    run_parallel,
 )
-from custom_ops.roi_align1 import (
-    Grid,
+from custom_ops._roi_grid import (
     Plan,
     Sampling,
-    all_finite,
-    argmax_bins,
-    back_project,
     check_image_shape,
+    check_region_layout,
     check_regions,
     check_sampling,
-    chunks,
-    expand_bins,
-    gather_gradient,
-    region_gradient,
-    sample_values,
-    scatter_samples,
-    to_winners,
-    window_index,
-    winner_mask,
 )
 
 OP = "RoiAlignGrad"
@@ -154,21 +149,22 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
     dY, rois, batch_indices = np.asarray(dY), np.asarray(rois), np.asarray(batch_indices)
     X = None if X is None else np.asarray(X)
     shape = check_images(node, X, dY, given_shape)
-    boxes, batch = check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
+    boxes, indices = check_region_layout(OP, node, dY.dtype, rois, batch_indices)
     n_images, channels, height, width = shape
-    check_gradient_shape(node, dY, len(batch), channels)
+    check_gradient_shape(node, dY, len(indices), channels)
     oh, ow = dY.shape[2:]
     dtype = compute_dtype(dY.dtype)
     want_drois = compute_drois and sampling.linear  # nearest_neighbor: drois = 0
     dXt = np.zeros((n_images, height, width, channels), dtype) if compute_dx else None
-    drois = np.zeros((len(batch), 4), np.float64)
+    drois = np.zeros((len(indices), 4), np.float64)
 
-    if len(batch) and channels and (compute_dx or want_drois):
-        with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinity are data here
-            plan = Plan(OP, node, boxes, sampling, (oh, ow), (height, width), dtype)
-            grads = dY.astype(dtype, copy=False)
-            Xt = channels_last(X, dtype) if uses_x else None
-            _backward_blocks(plan, Xt, grads, batch, dXt, drois, want_drois)
+    if len(indices) and channels and (compute_dx or want_drois):
+        plan = Plan(OP, node, shape, boxes, indices, sampling, (oh, ow), dtype)
+        Xt = channels_last(X, dtype) if uses_x else None
+        _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dXt,
+                  drois if want_drois else drois[:0])
+    else:
+        check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
     dX = None
     if compute_dx:
@@ -176,81 +172,28 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
     return dX, drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None
 
 
-def _backward_blocks(plan: Plan, Xt: np.ndarray | None, grads: np.ndarray, batch: np.ndarray,
-                     dXt: np.ndarray | None, drois: np.ndarray, want_drois: bool) -> None:
-    """Accumulate ``dX`` (channels-last) and fill ``drois``, region by region."""
+def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
+              dXt: np.ndarray | None, drois: np.ndarray) -> None:
+    """Fill ``drois`` (when it has rows) and accumulate ``dXt`` (when given)."""
+    from custom_ops import _roi_loops as loops  # compiled on first use
+
     sampling = plan.sampling
-    average = sampling.reduction == "average"
-    g_finite = all_finite(grads)
-    x_finite = all_finite(Xt) if Xt is not None else None
-    gv = grads.transpose(0, 2, 3, 1)  # [R, OH, OW, C]
-    images_finite = np.ones(len(batch), bool) if x_finite is None else x_finite[batch]
-    plan.check_work(~(average & g_finite & (images_finite | (not want_drois))),
-                    grads.shape[1])
-    for block in plan.blocks(bins=average, rows=not average, derivatives=want_drois):
-        grid = plan.grid(block, bins=average, rows=not average, derivatives=want_drois)
-        for j, r in enumerate(range(block.start, block.stop)):
-            b = batch[r]
-            image_finite = x_finite is None or bool(x_finite[b])
-            if average and g_finite[r] and (image_finite or not want_drois):
-                My, Mx = grid.bins(j)
-                if not (My.shape[1] and Mx.shape[1]):
-                    continue  # every sample out of bounds
-                index = window_index(*grid.windows(j))
-                if dXt is not None:
-                    dXt[b][index] += back_project(gv[r], My, Mx)
-                if want_drois:
-                    drois[r] = region_gradient(Xt[b][index], gv[r], My, Mx,
-                                               *grid.bin_derivatives(j))
-                continue
-            plan.check_row_limit(r)
-            drois[r] = _by_samples(
-                grid, j, plan.n_y[r], plan.n_x[r], gv[r], None if Xt is None else Xt[b],
-                None if dXt is None else dXt[b], average=average, g_finite=bool(g_finite[r]),
-                x_finite=image_finite, want_drois=want_drois, sampling=sampling)
-
-
-def _by_samples(grid: Grid, j: int, ny: int, nx: int, g: np.ndarray, image: np.ndarray | None,
-                target: np.ndarray | None, *, average: bool, g_finite: bool, x_finite: bool,
-                want_drois: bool, sampling: Sampling) -> np.ndarray:
-    """One region, sample by sample: max reduction, or data holding NaN or infinity.
-
-    Each chunk of output rows gets a per-sample weight (``g / (n_y n_x)`` on the in-bounds
-    samples for average, ``g`` on the maximising one for max), which is back-projected or
-    scattered onto ``target [H, W, C]``; returns the region's ``drois`` row.
-    """
-    ny, nx = int(ny), int(nx)
-    oh, ow, channels = g.shape
-    drois = np.zeros(4, np.float64)
-    for o0, o1, cs in chunks(oh, ny * nx * ow, channels):
-        qy, qx = grid.y.samples(j, o0, o1), grid.x.samples(j)
-        if average:
-            weights = expand_bins(g[o0:o1, :, cs] / g.dtype.type(ny * nx), ny, nx)
-        else:
-            values = sample_values(image, grid, j, o0, o1, cs, exact=not x_finite,
-                                   linear=sampling.linear, out_of_bounds=OUT_OF_BOUNDS)
-            index = argmax_bins(values, ny, nx, nan_aware=not x_finite)
-            weights = to_winners(np.ascontiguousarray(g[o0:o1, :, cs]), index, ny, nx)
-        weights[~qy.inside] = 0
-        weights[:, ~qx.inside] = 0
-        fast = g_finite and x_finite
-        if target is not None:
-            if g_finite:
-                My, Mx = grid.y.sample_matrices(j, o0, o1)[0], grid.x.sample_matrices(j)[0]
-                target[window_index(*grid.windows(j), cs)] += back_project(weights, My, Mx)
-            else:
-                scatter_samples(target, weights, qy, qx, cs, sampling.linear)
-        if not want_drois:
-            continue
-        if fast:
-            My, dy1, dy2 = grid.y.sample_matrices(j, o0, o1, derivatives=True)
-            Mx, dx1, dx2 = grid.x.sample_matrices(j, derivatives=True)
-            window = image[window_index(*grid.windows(j), cs)]
-            drois += region_gradient(window, weights, My, Mx, dy1, dy2, dx1, dx2)
-        else:
-            take = qy.inside[:, None, None] & qx.inside[None, :, None]
-            if not average:
-                take = take & winner_mask(index, ny, nx)
-            drois += gather_gradient(image, weights, take, qy, qx, cs, sampling.scale_x,
-                                     sampling.scale_y)
-    return drois
+    regions, channels, oh, ow = grads.shape
+    settings = plan.settings(OUT_OF_BOUNDS)
+    flags = sampling.align_corners, sampling.linear, sampling.average
+    keep_winners = dXt is not None and not sampling.average
+    winner_type = np.int32 if int((plan.n[0] * plan.n[1]).max()) < 1 << 31 else np.int64
+    shape = (regions if keep_winners else 0, oh, ow, channels)
+    check_memory(OP, node, "temporary winning samples", shape, winner_type)
+    winners = np.empty(shape, winner_type)
+    if drois.shape[0] or keep_winners:
+        scales = np.array([sampling.scale_y, sampling.scale_x])
+        run_parallel([functools.partial(loops.region_gradients, Xt, grads, plan.batch, plan.first,
+                                        plan.size, plan.n, part, settings, *flags, scales,
+                                        winners, drois)
+                      for part in interleaved(regions, plan.work)])
+    if dXt is None:
+        return
+    run_parallel([functools.partial(loops.scatter_rows, grads, plan.batch, plan.first, plan.size,
+                                    plan.n, settings, *flags, winners, start, stop, dXt)
+                  for start, stop in bands(dXt.shape[0] * dXt.shape[1], plan.work)])

@@ -597,11 +597,6 @@ def _cases() -> list[BadInput]:
         c("roi_pooling_bin_edges_beyond_memory", "RoiPooling", "temporary bin edges",
           "[2, 1099511627776]", DATA, "memory limit", {"pooled_size": [1 << 40, 1]},
           inputs={"X": IMAGE[:, :0]}, valid=None),
-        c("roi_align_weights_beyond_memory", "RoiAlign1",
-          "temporary weight matrices of one region", "[1000001000002]", DATA, "memory limit",
-          {"output_size": [10 ** 6, 1]},
-          inputs={"X": np.zeros((1, 1, 10 ** 6, 1), np.float32), "batch_indices": BATCH * 0,
-                  "rois": np.array([[0, 0, 0, 10 ** 6]] * 2, np.float32)}, valid=None),
     ]
 
 

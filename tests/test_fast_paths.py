@@ -161,34 +161,3 @@ def test_run_parallel_tasks_see_the_callers_errstate(monkeypatch):
     with np.errstate(invalid="ignore"):
         common.run_parallel([lambda: seen.append(np.geterr()["invalid"]) for _ in range(4)])
     assert seen == ["ignore"] * 4
-
-
-@pytest.mark.parametrize("reduction", ["average", "max"])
-@pytest.mark.parametrize("nonfinite", [False, True])
-def test_roi_align_bin_loops_and_one_call_reductions_agree(reduction, nonfinite, monkeypatch):
-    """Bins of many samples are reduced (and their winners spread back) in one numpy call;
-    forcing that path for every bin changes no bit of RoiAlign1 or RoiAlignGrad."""
-    import custom_ops.roi_align1 as forward
-    from custom_ops.roi_align_grad import roi_align_grad
-
-    rng = np.random.default_rng(7)
-    X = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
-    if nonfinite:
-        X[0, 1, 2, 3], X[1, 0, 5, 5] = np.nan, np.inf
-    rois = np.array([[0, 0, 7, 8], [1, 2, 5, 4], [-3, -2, 11, 12]], np.float32)
-    batch = np.array([0, 1, 1])
-    sampling = dict(reduction_function=reduction, interpolation_mode="linear",
-                    spatial_scale_x=1.0, spatial_scale_y=1.0, input_pixel_offset=0.5,
-                    output_pixel_offset=-0.5, minimum_samples_per_output=3,
-                    maximum_samples_per_output=5, align_regions_to_corners=0)
-
-    def run():
-        Y = forward.roi_align1(X, rois, batch, output_size=[3, 2], out_of_bounds_input_value=0.5,
-                               **sampling)
-        grads = roi_align_grad(X, np.ones_like(Y), rois, batch, input_shape=None,
-                               compute_dx=True, compute_drois=True, **sampling)
-        return [Y, *grads]
-    loops = run()
-    monkeypatch.setattr(forward, "_MANY_SAMPLES", 0)
-    for by_loop, by_call in zip(loops, run()):
-        np.testing.assert_array_equal(by_call, by_loop)

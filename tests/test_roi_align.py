@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import custom_ops._common as common
 import custom_ops.roi_align1 as forward_module
 import custom_ops.roi_align_grad as grad_module
 from custom_ops._common import UINT32_MAX, KernelError
@@ -373,6 +374,22 @@ def test_gradient_matches_reference(attrs):
     np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("interpolation", ["linear", "nearest_neighbor"])
+def test_max_gradient_ignores_losing_samples_next_to_minus_infinity(interpolation):
+    """A sample that loses the max adds nothing, not 0 times its infinite corner terms."""
+    rng = np.random.default_rng(31)
+    X = rng.standard_normal((1, 2, 6, 6))
+    X[0, 0, 2, 2] = -np.inf
+    rois = np.array([[0.3, 0.6, 5.2, 4.7]])
+    g = rng.standard_normal((1, 2, 2, 2))
+    attrs = dict(reduction_function="max", interpolation_mode=interpolation)
+    dX, drois = backward(X, g, rois, np.zeros(1, np.int64), **attrs)
+    ref_dx, ref_drois = ref_backward(X, g, rois, np.zeros(1, np.int64), **attrs)
+    assert np.isfinite(dX).all() and np.isfinite(drois).all()
+    np.testing.assert_allclose(dX, ref_dx, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11)
+
+
 def test_gradient_with_non_finite_data_follows_the_reference():
     rng, X, rois, batch = random_case(26, regions=6)
     X[0, 1, 2, 3] = np.nan
@@ -397,18 +414,24 @@ def test_gradient_with_non_finite_data_follows_the_reference():
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
-def test_literal_path_equals_matrix_path(attrs, monkeypatch):
-    """The gather/scatter path (taken for NaN or infinity) on finite data."""
-    rng, X, rois, batch = random_case(27, regions=6)
-    g = rng.standard_normal((6, 2, 2, 3))
-    fast = forward(X, rois, batch, (2, 3), 1.5, **attrs), backward(X, g, rois, batch, **attrs)
-    never = lambda values: np.zeros(values.shape[0], bool)  # noqa: E731
-    monkeypatch.setattr(forward_module, "all_finite", never)
-    monkeypatch.setattr(grad_module, "all_finite", never)
-    literal = forward(X, rois, batch, (2, 3), 1.5, **attrs), backward(X, g, rois, batch, **attrs)
-    np.testing.assert_allclose(literal[0], fast[0], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(literal[1][0], fast[1][0], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(literal[1][1], fast[1][1], rtol=1e-11, atol=1e-11)
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_thread_count_changes_no_bit(attrs, nonfinite, monkeypatch):
+    """Regions split over threads, dX scattered by bands of rows: the same bits on one
+    thread and on several (with NaN and infinity in X and dY too)."""
+    rng, X, rois, batch = random_case(27, n=3, regions=9)
+    g = rng.standard_normal((9, 2, 2, 3))
+    if nonfinite:
+        X[0, 1, 2, 3], X[2, 0, 5, 5], g[4, 1, 1, 2] = np.nan, np.inf, -np.inf
+
+    def run():
+        return [forward(X, rois, batch, (2, 3), 1.5, **attrs), *backward(X, g, rois, batch,
+                                                                         **attrs)]
+    monkeypatch.setattr(common, "THREADS", 1)
+    serial = run()
+    monkeypatch.setattr(common, "THREADS", 4)
+    monkeypatch.setattr(common, "GRAIN", 1)  # split even this small work
+    for threaded, alone in zip(run(), serial):
+        np.testing.assert_array_equal(threaded, alone)
 
 
 @pytest.mark.parametrize("reduction", ["average", "max"])
@@ -427,30 +450,6 @@ def test_sparse_windows_match_reference(reduction):
     ref_dx, ref_drois = ref_backward(X, g, rois, batch, **attrs)
     np.testing.assert_allclose(dX, ref_dx, rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11)
-
-
-@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
-def test_small_scratch_budgets_change_nothing(attrs, monkeypatch):
-    """Many blocks of regions, per-region weight rows, chunks of rows and channels."""
-    rng, X, rois, batch = random_case(29, c=3, regions=6)
-    g = rng.standard_normal((6, 3, 3, 2))
-    before = forward(X, rois, batch, (3, 2), 0.5, **attrs), backward(X, g, rois, batch, **attrs)
-    monkeypatch.setattr(forward_module, "_BLOCK_BUDGET", 40)
-    monkeypatch.setattr(forward_module, "_CHUNK_BUDGET", 5)
-    after = forward(X, rois, batch, (3, 2), 0.5, **attrs), backward(X, g, rois, batch, **attrs)
-    np.testing.assert_allclose(after[0], before[0], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(after[1][0], before[1][0], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(after[1][1], before[1][1], rtol=1e-11, atol=1e-11)
-
-
-def test_sample_limit_per_output_row_of_a_max(monkeypatch):
-    monkeypatch.setattr(forward_module, "SAMPLE_LIMIT", 40)
-    X = np.zeros((1, 1, 8, 8))
-    rois = np.array([[0.0, 0.0, 8.0, 8.0]])
-    attrs = dict(minimum_samples_per_output=5, maximum_samples_per_output=5)
-    forward(X, rois, np.zeros(1, np.int64), (1, 2), **attrs)  # average: 10 per axis is fine
-    raises(lambda: forward(X, rois, np.zeros(1, np.int64), (1, 2), reduction_function="max",
-                           **attrs), "rois[0] samples per output row", "50")
 
 
 def test_max_gradient_goes_to_the_first_of_tied_samples():

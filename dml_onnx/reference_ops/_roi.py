@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops.roi_align1 import Sampling, scaled_region_overflow
+from custom_ops._roi_grid import Sampling, scaled_region_overflow
 
 ComputeType = type[np.float32] | type[np.float64]
 

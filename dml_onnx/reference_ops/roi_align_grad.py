@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops.roi_align1 import Sampling, check_regions, check_sampling
+from custom_ops._roi_grid import Sampling, check_regions, check_sampling
 from custom_ops.roi_align_grad import (
     OP,
     check_gradient_shape,

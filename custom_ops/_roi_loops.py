@@ -1,0 +1,297 @@
+"""The compiled loops of RoiAlign1 and RoiAlignGrad (specification sections 2, 3).
+
+Compiled by numba without the interpreter lock (threads of ``run_parallel`` run them side by
+side) and cached on disk; the kernels import this module on their first call, so importing the
+package does not import numba. Conventions:
+
+- ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
+  for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``.
+- ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``;
+  ``n``: ``[2, R]`` samples per output along each axis (``custom_ops._roi_grid.Plan``).
+- ``settings``: ``[output_pixel_offset, input_pixel_offset, out_of_bounds]`` in ``ct``.
+
+Along an axis of ``L`` pixels with ``S = O * n`` samples, sample ``s`` (of output ``s // n``) is
+at ``X(s) = first + t(s) * size - input_pixel_offset`` with ``t(s) = (s - output_pixel_offset)
+/ S`` (``/ (S - 1)`` when aligning corners, 1/2 when ``S == 1``), computed in ``ct`` operation by
+operation as the specification writes it. It is out of bounds outside ``[-1, L]``; otherwise it
+is clamped into ``[0, L - 1]`` and read bilinearly from its corners ``floor`` and
+``min(floor + 1, L - 1)``, or at ``floor(X + 0.5)``. A sample's value is the literal bilinear
+formula over all four corners (a weight 0 times an infinite pixel gives NaN, as in the spec),
+and an output reduces its ``n_y * n_x`` samples in row-major order: a sum divided by the count,
+or the maximum (NaN wins).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+jit = numba.njit(nogil=True, cache=True, error_model="numpy")
+
+
+@jit
+def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit, first, size,
+                 n):
+    """Check regions ``boxes [R, 4]`` (``ct``) and ``batch [R]`` against ``images`` images,
+    and fill ``first``, ``size`` and ``n`` (``scales``: ``[spatial_scale_y, spatial_scale_x]``
+    in ``ct``; ``outputs``: ``[OH, OW]``). Returns ``(problem, r, axis, samples)``: problem 0
+    and the number of samples (a float) when every region is fine, else the first problem
+    found in this order: 1 a batch index outside ``[0, images)``, 2 a corner that is not
+    finite, 3 a scaled size that is not finite, 4 more than ``limit`` samples along an axis
+    (y's regions first)."""
+    ct = first.dtype.type
+    regions = boxes.shape[0]
+    for r in range(regions):
+        if batch[r] < 0 or batch[r] >= images:
+            return 1, r, 0, 0.0
+    for r in range(regions):
+        for k in range(4):
+            if not np.isfinite(boxes[r, k]):
+                return 2, r, 0, 0.0
+    for r in range(regions):
+        for axis in range(2):
+            start = boxes[r, 1 - axis] * scales[axis]
+            first[axis, r] = start
+            size[axis, r] = boxes[r, 3 - axis] * scales[axis] - start
+        if not (np.isfinite(size[0, r]) and np.isfinite(size[1, r])):
+            return 3, r, 0, 0.0
+    for axis in range(2):
+        for r in range(regions):
+            quotient = np.float64(np.ceil(abs(size[axis, r]) / ct(outputs[axis])))
+            count = min(max(quotient, minimum), maximum)
+            if count * outputs[axis] > limit:
+                return 4, r, axis, count * outputs[axis]
+            n[axis, r] = np.int64(count)
+    samples = 0.0
+    for r in range(regions):
+        samples += np.float64(n[0, r] * outputs[0]) * np.float64(n[1, r] * outputs[1])
+    return 0, 0, 0, samples
+
+
+@jit
+def axis_samples(first, size, n, outputs, length, settings, align, linear):
+    """The ``outputs * n`` samples of one region along one axis of ``length`` pixels:
+    ``(lo, hi, w_lo, w_hi, inside, unclamped, t)``, the two corners (equal for
+    nearest_neighbor) and their weights (0 when out of bounds), whether the sample is in bounds
+    and read where it lies (not clamped), and ``t(s)``."""
+    ct = settings.dtype.type
+    total = outputs * n
+    lo = np.empty(total, np.intp)
+    hi = np.empty(total, np.intp)
+    w_lo = np.empty(total, settings.dtype)
+    w_hi = np.empty(total, settings.dtype)
+    inside = np.empty(total, np.bool_)
+    unclamped = np.empty(total, np.bool_)
+    t = np.empty(total, settings.dtype)
+    zero, one, half = ct(0), ct(1), ct(0.5)
+    top, end = ct(length - 1), ct(length)
+    out_offset, in_offset = settings[0], settings[1]
+    for s in range(total):
+        if not align:
+            ts = (ct(s) - out_offset) / ct(total)
+        elif total > 1:
+            ts = (ct(s) - out_offset) / ct(total - 1)
+        else:
+            ts = half
+        coordinate = first + ts * size - in_offset
+        within = coordinate >= -one and coordinate <= end
+        clamped = min(max(coordinate, zero), top)
+        if linear:
+            whole = np.floor(clamped)
+            frac = clamped - whole
+            lo[s] = int(whole)
+            hi[s] = min(lo[s] + 1, length - 1)
+            w_lo[s] = one - frac if within else zero
+            w_hi[s] = frac if within else zero
+        else:
+            lo[s] = hi[s] = int(min(np.floor(clamped + half), top))
+            w_lo[s] = one if within else zero
+            w_hi[s] = zero
+        inside[s] = within
+        unclamped[s] = within and coordinate == clamped
+        t[s] = ts
+    return lo, hi, w_lo, w_hi, inside, unclamped, t
+
+
+@jit
+def read_sample(Xt, b, ys, sy, xs, sx, linear, out_of_bounds, values):
+    """``values[c]``: sample ``(sy, sx)`` of image ``b`` in every channel."""
+    if not (ys[4][sy] and xs[4][sx]):
+        values[:] = out_of_bounds
+        return
+    y0, y1, x0, x1 = ys[0][sy], ys[1][sy], xs[0][sx], xs[1][sx]
+    if not linear:
+        values[:] = Xt[b, y0, x0]
+        return
+    w00, w01 = ys[2][sy] * xs[2][sx], ys[2][sy] * xs[3][sx]
+    w10, w11 = ys[3][sy] * xs[2][sx], ys[3][sy] * xs[3][sx]
+    p00, p01, p10, p11 = Xt[b, y0, x0], Xt[b, y0, x1], Xt[b, y1, x0], Xt[b, y1, x1]
+    for c in range(values.size):
+        values[c] = w00 * p00[c] + w01 * p01[c] + w10 * p10[c] + w11 * p11[c]
+
+
+@jit
+def forward(Xt, batch, first, size, n, regions, settings, align, linear, average, Y):
+    """``Y[r]`` for every region ``r`` in ``regions``."""
+    ct = settings.dtype.type
+    _, height, width, channels = Xt.shape
+    _, _, oh, ow = Y.shape
+    values = np.empty(channels, settings.dtype)
+    acc = np.empty(channels, settings.dtype)
+    for r in regions:
+        ny, nx = n[0, r], n[1, r]
+        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
+        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        count = ct(ny * nx)
+        for oy in range(oh):
+            for ox in range(ow):
+                acc[:] = ct(-0.0) if average else ct(-np.inf)
+                for sy in range(oy * ny, oy * ny + ny):
+                    for sx in range(ox * nx, ox * nx + nx):
+                        read_sample(Xt, batch[r], ys, sy, xs, sx, linear, settings[2], values)
+                        if average:
+                            for c in range(channels):
+                                acc[c] += values[c]
+                        else:
+                            for c in range(channels):
+                                if values[c] > acc[c] or values[c] != values[c]:
+                                    acc[c] = values[c]
+                for c in range(channels):
+                    Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
+
+
+@jit
+def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, linear, average,
+                     scales, winners, drois):
+    """Per region ``r`` in ``regions``: with max reduction the first maximising sample of
+    every output and channel into ``winners[r] [OH, OW, C]`` (when ``winners`` has regions;
+    out-of-bounds samples read ``settings[2]``, a NaN sample is the maximum); with ``drois``
+    rows, ``d sum(dY * Y) / d [x1, y1, x2, y2]`` into ``drois[r]`` (float64), ``scales`` =
+    ``[spatial_scale_y, spatial_scale_x]``. Linear interpolation only for ``drois``."""
+    ct = settings.dtype.type
+    _, height, width, channels = Xt.shape
+    _, _, oh, ow = dY.shape
+    values = np.empty(channels, settings.dtype)
+    best = np.empty(channels, settings.dtype)
+    index = np.zeros(channels, winners.dtype)
+    weight = np.empty(channels, settings.dtype)
+    taken = np.empty(channels, np.bool_)
+    one = ct(1)
+    for r in regions:
+        b = batch[r]
+        ny, nx = n[0, r], n[1, r]
+        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
+        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        count = ct(ny * nx)
+        along_y = np.zeros(oh * ny)  # float64 sums of the y derivative terms per sample
+        along_x = np.zeros(ow * nx)
+        for oy in range(oh):
+            for ox in range(ow):
+                if not average:
+                    for k in range(ny * nx):
+                        sy, sx = oy * ny + k // nx, ox * nx + k % nx
+                        read_sample(Xt, b, ys, sy, xs, sx, linear, settings[2], values)
+                        for c in range(channels):
+                            v = values[c]
+                            if k == 0 or v > best[c] or (v != v and best[c] == best[c]):
+                                best[c], index[c] = v, k
+                    if winners.shape[0]:
+                        winners[r, oy, ox] = index
+                if drois.shape[0] == 0:
+                    continue
+                for k in range(ny * nx):
+                    sy, sx = oy * ny + k // nx, ox * nx + k % nx
+                    if not (ys[4][sy] and xs[4][sx]):
+                        continue
+                    for c in range(channels):
+                        weight[c] = dY[r, c, oy, ox] / count if average else dY[r, c, oy, ox]
+                        taken[c] = average or index[c] == k
+                    _corner_terms(Xt[b], ys, sy, xs, sx, weight, taken, along_y, along_x, one)
+        if drois.shape[0]:
+            x1, x2 = _moments(along_x, xs[6])
+            y1, y2 = _moments(along_y, ys[6])
+            drois[r, 0], drois[r, 1] = scales[1] * x1, scales[0] * y1
+            drois[r, 2], drois[r, 3] = scales[1] * x2, scales[0] * y2
+
+
+@jit
+def _moments(terms, t):
+    """``(sum(terms * (1 - t)), sum(terms * t))`` in float64: how the terms move with the
+    first and the last coordinate of the region."""
+    first = last = 0.0
+    for s in range(terms.size):
+        first += terms[s] * (1 - np.float64(t[s]))
+        last += terms[s] * np.float64(t[s])
+    return first, last
+
+
+@jit
+def _corner_terms(image, ys, sy, xs, sx, weight, taken, along_y, along_x, one):
+    """Add sample ``(sy, sx)``'s ``weight``-ed derivative terms in the ``taken`` channels
+    along x to ``along_x[sx]`` (when x is unclamped) and along y to ``along_y[sy]``: the
+    differences of the corners ``floor`` and ``ceil`` of the coordinate, times the other
+    axis's weights."""
+    ly, lx = ys[3][sy], xs[3][sx]
+    y0, x0 = ys[0][sy], xs[0][sx]
+    y1, x1 = y0 + (ly > 0), x0 + (lx > 0)
+    p00, p01, p10, p11 = image[y0, x0], image[y0, x1], image[y1, x0], image[y1, x1]
+    for c in range(weight.size):
+        if not taken[c]:
+            continue
+        g = weight[c]
+        if xs[5][sx]:
+            along_x[sx] += g * ((one - ly) * (p01[c] - p00[c]) + ly * (p11[c] - p10[c]))
+        if ys[5][sy]:
+            along_y[sy] += g * ((one - lx) * (p10[c] - p00[c]) + lx * (p11[c] - p01[c]))
+
+
+@jit
+def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, winners,
+                 row_start, row_stop, dXt):
+    """Add every region's ``dY`` onto the rows ``row_start:row_stop`` of ``dXt`` (rows of
+    the flattened ``[N * H]``): each in-bounds sample's weight (``dY / (n_y n_x)`` for
+    average, ``dY`` on the winning sample for max) times each corner's weight. Regions,
+    outputs, samples and corners are visited in order, so each element sums in the same order
+    whatever the rows a thread owns."""
+    ct = settings.dtype.type
+    n_images, height, width, channels = dXt.shape
+    regions, _, oh, ow = dY.shape
+    weight = np.empty(channels, settings.dtype)
+    for r in range(regions):
+        b = batch[r]
+        lowest, highest = max(row_start - b * height, 0), min(row_stop - b * height, height)
+        if lowest >= highest:
+            continue
+        ny, nx = n[0, r], n[1, r]
+        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
+        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        count = ct(ny * nx)
+        for oy in range(oh):
+            touched = False
+            for sy in range(oy * ny, oy * ny + ny):
+                touched |= ys[4][sy] and (lowest <= ys[0][sy] < highest
+                                          or lowest <= ys[1][sy] < highest)
+            if not touched:
+                continue
+            for ox in range(ow):
+                for c in range(channels):
+                    weight[c] = dY[r, c, oy, ox] / count if average else dY[r, c, oy, ox]
+                for k in range(ny * nx):
+                    sy, sx = oy * ny + k // nx, ox * nx + k % nx
+                    if not (ys[4][sy] and xs[4][sx]):
+                        continue
+                    for corner in range(4 if linear else 1):
+                        y, wy = (ys[0][sy], ys[2][sy]) if corner < 2 else (ys[1][sy], ys[3][sy])
+                        if not lowest <= y < highest:
+                            continue
+                        x, wx = (xs[0][sx], xs[2][sx]) if corner % 2 == 0 else (xs[1][sx],
+                                                                                 xs[3][sx])
+                        w = wy * wx
+                        target = dXt[b, y, x]
+                        if average:
+                            for c in range(channels):
+                                target[c] += weight[c] * w
+                        else:
+                            for c in range(channels):
+                                if winners[r, oy, ox, c] == k:
+                                    target[c] += weight[c] * w
