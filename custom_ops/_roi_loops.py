@@ -1,8 +1,6 @@
 """The compiled loops of RoiAlign1 and RoiAlignGrad (specification sections 2, 3).
 
-Compiled by numba without the interpreter lock (threads of ``run_parallel`` run them side by
-side) and cached on disk; the kernels import this module on their first call, so importing the
-package does not import numba. Conventions:
+Compiled by :data:`custom_ops._jit.jit`. Conventions:
 
 - ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
   for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``.
@@ -23,10 +21,9 @@ or the maximum (NaN wins).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-jit = numba.njit(nogil=True, cache=True, error_model="numpy")
+from custom_ops._jit import jit
 
 
 @jit

@@ -7,17 +7,16 @@
 
 Taps in the zero padding add nothing. float16 is computed in float32 and rounded once.
 
-The window sum is separable: one spatial axis after the other, each a sum of strided slices
-(taps in order). The planes ``N * C`` go through in chunks of about :data:`CHUNK_BYTES`, so that
-the padded ``|X|^p`` and the partial sums of a chunk stay in cache and the temporaries stay
-small; the zero-padded buffer is filled once per chunk (its border stays zero). Inputs whose
-taps number at most :data:`~custom_ops.unfold.SMALL` are instead gathered tap by tap with
-Unfold's cached positions and summed by ``np.add.accumulate`` over one tap axis after the
-other: the same sums in the same order, in a handful of numpy calls.
+Implementation: the compiled loops of :mod:`custom_ops._lp_pooling_loops`, planes ``N * C``
+split over threads, each plane summed axis after axis. Where a nonzero ``|x|^p`` falls below the
+normal range of the compute type or a term or sum overflows, the outputs concerned are
+recomputed scaled by their window's largest ``|x|`` (:func:`_rescale`), so that no sum
+overflows or loses precision.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -28,6 +27,7 @@ import numpy as np
 from custom_ops._common import (
     WindowGeometry,
     as_key,
+    bands,
     check_float_input,
     check_int,
     check_memory,
@@ -37,17 +37,13 @@ from custom_ops._common import (
     compute_dtype,
     filled,
     memory_limit,
-    padded_copy_slices,
-    read_extent,
+    run_parallel,
     sliding_block_counts,
     tap_ranges,
     work_limit,
 )
-from custom_ops.unfold import SMALL, block_positions
 
 OP = "LpPooling"
-CHUNK_BYTES = 1 << 18
-"""Padded ``|X|^p`` of the planes computed together (at least one plane)."""
 
 
 def check_attributes(*, node: str, window_size: Sequence[int], strides: Sequence[int],
@@ -75,36 +71,37 @@ def _attributes(node: str, window_size: tuple[int, ...], strides: tuple[int, ...
 
 class _Plan(NamedTuple):
     geometry: WindowGeometry
-    extent: tuple[int, ...]  # padded input the windows read, per spatial axis
-    inside: tuple[slice, ...]  # where the read input goes in the padded buffer
-    kept: tuple[slice, ...]  # the input it reads
-    chunk: int  # planes per chunk
-    taps: np.ndarray | None  # small inputs: [N*C, *window, *blocks] positions in X, X.size: 0
     reading: tuple[range, ...]  # per axis, the taps that read X (the others read padding)
+    loops: tuple[np.ndarray, ...]  # first and stop taps, strides, dilations, start, over 3 axes
+    planes: tuple[int, int, int]  # one plane [D0, D1, D2] with leading axes of size 1
 
 
 @lru_cache(maxsize=256)
 def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
           attributes: tuple[tuple[int, ...], ...], limits: tuple[int, int]) -> _Plan:
-    """Per input shape and type (cached): block counts, padded layout, chunking, memory."""
+    """Per input shape and type (cached): block counts, the taps that read X, memory, work."""
     window, strides, dilations, start, end = attributes
     spatial = shape[2:]
     counts = sliding_block_counts(OP, node, spatial, window, strides, dilations, start, end)
     g = WindowGeometry.of(window, strides, dilations, start, end, counts)
-    extent = read_extent(g, spatial)[0]
-    plane = math.prod(extent) * compute_dtype(dtype).itemsize
-    chunk = max(1, min(math.prod(shape[:2]), CHUNK_BYTES // max(plane, 1)))
     check_memory(OP, node, "output Y", (*shape[:2], *counts), dtype)
-    check_memory(OP, node, "temporary padded |X|^p", (chunk, *extent), compute_dtype(dtype))
-    taps = None
-    if math.prod(shape[:2]) * math.prod(window) * math.prod(counts) <= SMALL:
-        taps = block_positions(shape, g).reshape(-1, *window, *counts)
+    lead = 3 - g.k  # axes of size 1 in front
+    plane, blocks = (1,) * lead + tuple(spatial), (1,) * lead + tuple(counts)
+    # per thread: |x|^p of one plane, its sums along axis 0, then along axes 0 and 1
+    for temporary in (plane, (blocks[0], *plane[1:]), (*blocks[:2], plane[2])):
+        check_memory(OP, node, "temporary window sums of one plane", temporary,
+                     compute_dtype(dtype))
     reading = tap_ranges(g, spatial)
-    # the window sums, axis after axis: the taps that read X, over what is left of the buffer
+    # the window sums, axis after axis: the taps that read X, over what is left of the plane
     check_work(OP, node, "window tap reads", math.prod(shape[:2]) * sum(
-        len(reading[axis]) * math.prod(counts[:axis + 1]) * math.prod(extent[axis + 1:])
+        len(reading[axis]) * math.prod(counts[:axis + 1]) * math.prod(spatial[axis + 1:])
         for axis in range(g.k)))
-    return _Plan(g, extent, *padded_copy_slices(g, spatial, extent), chunk, taps, reading)
+    pad = (0,) * lead
+    loops = (np.array(pad + tuple(r.start for r in reading)),
+             np.array((1,) * lead + tuple(r.stop for r in reading)),
+             np.array((1,) * lead + g.strides), np.array((1,) * lead + g.dilations),
+             np.array(pad + g.start_padding))
+    return _Plan(g, reading, loops, plane)
 
 
 def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
@@ -122,36 +119,29 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
         Y.fill(0)
     elif Y.size:
         with np.errstate(over="ignore", under="ignore"):
-            if plan.taps is None:
-                _pool(X, Y, plan, int(p))
-            else:
-                _pool_small(X, Y, plan.taps, int(p))
-            if not _in_range(X, plan, int(p)):
-                _rescale(X, Y, plan, int(p))
+            _pool(X, Y, plan, int(p))
     return Y
 
 
-_RANGE_CHUNK = 1 << 16  # elements of X whose magnitudes are checked at once
+def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
+    """``Y`` from ``X``, planes split over threads, computed in the compute type and rounded
+    once; then the outputs whose sums left the normal range, rescaled."""
+    from custom_ops import _lp_pooling_loops as loops  # compiled on first use
 
-
-def _in_range(X: np.ndarray, plan: _Plan, p: int) -> bool:
-    """Whether every ``|x|^p`` and every window sum is a normal number of the compute type,
-    so that the sums of powers are exact to rounding: no term overflows, and terms below the
-    normal range (summed with less precision) weigh less than a rounding of the sum."""
-    largest, smallest = 0.0, math.inf
-    flat = X.reshape(-1)
-    for lo in range(0, flat.size, _RANGE_CHUNK):  # small temporaries
-        magnitude = np.abs(flat[lo:lo + _RANGE_CHUNK])
-        chunk_largest = float(np.fmax.reduce(magnitude))  # NaN only when all are NaN
-        if math.isinf(chunk_largest):
-            return False
-        largest = max(largest, chunk_largest) if chunk_largest == chunk_largest else largest
-        smallest = min(smallest, float(np.min(magnitude, where=magnitude > 0,
-                                              initial=np.inf)))
-    info = np.finfo(compute_dtype(X.dtype))
-    taps = math.log2(max(1, math.prod(len(r) for r in plan.reading)))
-    fits = largest == 0 or p * math.log2(largest) + taps < math.log2(float(info.max)) - 1
-    return fits and (smallest == math.inf or p * math.log2(smallest) >= _low(info, taps))
+    dtype = compute_dtype(X.dtype)
+    count = math.prod(X.shape[:2])
+    planes = X.reshape(count, *plan.planes).astype(dtype, copy=False)
+    computed = Y if Y.dtype == dtype else np.empty(Y.shape, dtype)
+    out = computed.reshape(count, *((1,) * (3 - plan.geometry.k)), *Y.shape[2:])
+    unusual = np.zeros(count, bool)
+    work = Y.size * sum(len(r) for r in plan.reading) + X.size
+    run_parallel([functools.partial(loops.pool_planes, planes, first, stop, *plan.loops, p, out,
+                                    unusual)
+                  for first, stop in bands(count, work)])
+    if computed is not Y:
+        Y[...] = computed
+    if unusual.any():
+        _rescale(X, Y, plan, p)
 
 
 def _low(info: np.finfo, taps: float) -> float:
@@ -199,78 +189,3 @@ def _rescale(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         result[np.isinf(largest[:, 0])] = np.inf
         result[np.isnan(largest[:, 0])] = np.nan
         Y.flat[outputs] = result
-
-
-def _pool_small(X: np.ndarray, Y: np.ndarray, taps: np.ndarray, p: int) -> None:
-    """``Y`` by one gather of ``|X|^p`` (a zero appended for the padding) at every tap."""
-    dtype = compute_dtype(X.dtype)
-    values = np.empty(X.size + 1, dtype)
-    magnitude = values[:-1].reshape(X.shape)
-    np.abs(X, out=magnitude)
-    values[-1] = 0
-    _power(magnitude, p)
-    summed = values.take(taps)  # [planes, *window, *blocks]
-    for _ in range(taps.ndim // 2):  # tap axes in order, each summed tap after tap
-        summed = np.add.accumulate(summed, axis=1)[:, -1]  # (reduce may add pairwise)
-    _root(summed.reshape(Y.shape), p, Y)
-
-
-def _power(values: np.ndarray, p: int) -> None:
-    """``values **= p`` in place (|x| times itself for p = 2, like the formula)."""
-    if p == 2:
-        np.multiply(values, values, out=values)
-    elif p != 1:
-        np.power(values, values.dtype.type(p), out=values)
-
-
-def _root(sums: np.ndarray, p: int, out: np.ndarray) -> None:
-    """``out = sums ** (1 / p)`` (rounded once to ``out``'s type)."""
-    if p == 1:
-        if sums is not out:
-            np.copyto(out, sums, casting="same_kind")
-    elif p == 2:
-        np.sqrt(sums, out=out)
-    else:
-        np.power(sums, sums.dtype.type(1.0 / p), out=out)
-
-
-def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
-    """``Y`` from ``X`` chunk by chunk of planes (both ``[N, C, ...]``)."""
-    g, dtype = plan.geometry, compute_dtype(X.dtype)
-    planes = math.prod(X.shape[:2])
-    X, Y = X.reshape(planes, *X.shape[2:]), Y.reshape(planes, *Y.shape[2:])
-    padded = np.zeros((plan.chunk, *plan.extent), dtype)
-    # partial sums: axis 0 reduced, then axes 0 and 1, ...; the last goes into Y itself when
-    # Y has the compute type
-    partial = [np.empty((plan.chunk, *g.blocks[:axis + 1], *plan.extent[axis + 1:]), dtype)
-               for axis in range(g.k - (Y.dtype == dtype))]
-    inside = (slice(None), *plan.inside)
-    for lo in range(0, planes, plan.chunk):
-        hi = min(planes, lo + plan.chunk)
-        magnitude = padded[:hi - lo][inside]
-        np.abs(X[(slice(lo, hi), *plan.kept)], out=magnitude)
-        _power(magnitude, p)
-        acc, target = padded[:hi - lo], Y[lo:hi]
-        for axis in range(g.k):
-            out = partial[axis][:hi - lo] if axis < len(partial) else target
-            acc = _window_sum(acc, out, 1 + axis, plan.reading[axis], g.strides[axis],
-                              g.dilations[axis])
-        _root(acc, p, target)
-
-
-def _window_sum(values: np.ndarray, out: np.ndarray, axis: int, taps: range, stride: int,
-                dilation: int) -> np.ndarray:
-    """``out`` = the sum of the dilated ``taps`` along ``axis`` of ``values``, in tap order
-    (the taps left out read zeros only)."""
-    count = out.shape[axis]
-    index: list[slice] = [slice(None)] * values.ndim
-    if not taps:
-        out.fill(0)
-    for tap in taps:
-        first = tap * dilation
-        index[axis] = slice(first, first + (count - 1) * stride + 1, stride)
-        if tap != taps.start:
-            np.add(out, values[tuple(index)], out=out)
-        else:
-            np.copyto(out, values[tuple(index)])
-    return out

@@ -19,7 +19,7 @@ Same sample grid and attributes as RoiAlign1, less ``output_size`` (dY's last tw
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops`. Winners (max) and
 ``drois`` are found region by region on the threads; ``dX`` is scattered by bands of image rows,
 one per thread, each visiting every region in order (the result does not depend on the thread
-count).
+count) and copying its rows to ``dX`` channels-first at the end.
 """
 
 from __future__ import annotations
@@ -155,33 +155,35 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
     oh, ow = dY.shape[2:]
     dtype = compute_dtype(dY.dtype)
     want_drois = compute_drois and sampling.linear  # nearest_neighbor: drois = 0
-    dXt = np.zeros((n_images, height, width, channels), dtype) if compute_dx else None
     drois = np.zeros((len(indices), 4), np.float64)
+    work = len(indices) and channels and (compute_dx or want_drois)
+    dX = None
+    if compute_dx:
+        dX = (np.empty if work else np.zeros)((n_images, channels, height, width), dtype)
 
-    if len(indices) and channels and (compute_dx or want_drois):
+    if work:
         plan = Plan(OP, node, shape, boxes, indices, sampling, (oh, ow), dtype)
         Xt = channels_last(X, dtype) if uses_x else None
-        _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dXt,
+        _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dX,
                   drois if want_drois else drois[:0])
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
-    dX = None
     if compute_dx:
-        dX = np.ascontiguousarray(dXt.transpose(0, 3, 1, 2)).astype(dY.dtype, copy=False)
+        dX = dX.astype(dY.dtype, copy=False)
     return dX, drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None
 
 
 def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
-              dXt: np.ndarray | None, drois: np.ndarray) -> None:
-    """Fill ``drois`` (when it has rows) and accumulate ``dXt`` (when given)."""
+              dX: np.ndarray | None, drois: np.ndarray) -> None:
+    """Fill ``drois`` (when it has rows) and ``dX`` (when given)."""
     from custom_ops import _roi_loops as loops  # compiled on first use
 
     sampling = plan.sampling
     regions, channels, oh, ow = grads.shape
     settings = plan.settings(OUT_OF_BOUNDS)
     flags = sampling.align_corners, sampling.linear, sampling.average
-    keep_winners = dXt is not None and not sampling.average
+    keep_winners = dX is not None and not sampling.average
     winner_type = np.int32 if int((plan.n[0] * plan.n[1]).max()) < 1 << 31 else np.int64
     shape = (regions if keep_winners else 0, oh, ow, channels)
     check_memory(OP, node, "temporary winning samples", shape, winner_type)
@@ -192,8 +194,10 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
                                         plan.size, plan.n, part, settings, *flags, scales,
                                         winners, drois)
                       for part in interleaved(regions, plan.work)])
-    if dXt is None:
+    if dX is None:
         return
+    n_images, channels, height, width = dX.shape
+    dXt = np.empty((n_images, height, width, channels), dX.dtype)  # channels-last sums
     run_parallel([functools.partial(loops.scatter_rows, grads, plan.batch, plan.first, plan.size,
-                                    plan.n, settings, *flags, winners, start, stop, dXt)
-                  for start, stop in bands(dXt.shape[0] * dXt.shape[1], plan.work)])
+                                    plan.n, settings, *flags, winners, start, stop, dXt, dX)
+                  for start, stop in bands(n_images * height, plan.work)])

@@ -531,14 +531,11 @@ def _cases() -> list[BadInput]:
         c("lp_pooling_window_beyond_input", "LpPooling", "spatial axis 1 output size", "0", SHAPE,
           "LpPooling: output size below 1", {"window_size": [2, 7]}, error=ValueError,
           valid={"X": np.ones((1, 1, 2, 7), np.float32)}),
-        c("lp_pooling_padding_beyond_memory", "LpPooling", "temporary padded |X|^p",
-          f"[1, {TRILLION + 2}, 5]", DATA, "memory limit",  # one plane at a time
-          {"start_padding": [TRILLION, 0], "strides": [TRILLION, 1]}, valid=None),
         c("lp_pooling_output_above_limit", "LpPooling", "output Y", "[1, 2, 4, 4]",
           frozenset({CHECK, RUN}), "memory limit", memory_limit=100,
           valid={"X": POOL_X[:, :1, :3, :3]}),
 
-        c("lp_pooling_huge_window_over_padding", "LpPooling", "window tap reads", "41000204998",
+        c("lp_pooling_huge_window_over_padding", "LpPooling", "window tap reads", "40999805000",
           DATA, "work limit", {"window_size": [1, 200000], "start_padding": [0, 199999],
                                "end_padding": [0, 199999]},
           inputs={"X": POOL_X[:1, :1, :1].repeat(1000, axis=3)}, valid=None),

@@ -87,17 +87,17 @@ def test_fold_scatter_and_chunked_paths_agree(case, dtype, force):
 @pytest.mark.parametrize("case", [c for c in CASES if len(c[0]) <= 3])
 @pytest.mark.parametrize("p", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_lp_pooling_gather_and_chunks_do_not_change_a_bit(case, p, dtype, force):
+def test_lp_pooling_thread_count_changes_no_bit(case, p, dtype, force):
+    """Planes split over threads: the same bits on one thread and on several."""
     window, strides, dilations, start, end, spatial = case
     x = _random(np.random.default_rng(2), (3, 5, *spatial), dtype)
     attributes = {"window_size": window, "strides": strides, "dilations": dilations,
                   "start_padding": start, "end_padding": end, "p": p}
-    gathered = lp_module.lp_pooling(x, **attributes)
-    force(lp_module, "SMALL", 0)
-    whole = lp_module.lp_pooling(x, **attributes)
-    force(lp_module, "CHUNK_BYTES", 1)  # one plane per chunk
-    np.testing.assert_array_equal(lp_module.lp_pooling(x, **attributes), whole)
-    np.testing.assert_array_equal(gathered, whole)
+    force(common, "THREADS", 1)
+    alone = lp_module.lp_pooling(x, **attributes)
+    force(common, "THREADS", 4)
+    force(common, "GRAIN", 1)  # split even this small work
+    np.testing.assert_array_equal(lp_module.lp_pooling(x, **attributes), alone)
 
 
 def _rois(rng, count, n, size):

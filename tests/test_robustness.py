@@ -243,7 +243,7 @@ def test_limit_applies_to_the_reference_evaluator_and_leaves_small_outputs(resto
     with pytest.raises(dml_onnx.KernelError, match=r"output Y \[1, 2, 4, 4\] of float32 needs "
                                                    r"128 bytes, above the memory limit of 127"):
         dml_onnx.ReferenceEvaluator(model).run(None, case.feeds())
-    dml_onnx.set_memory_limit(200)  # padded temporary [1, 2, 5, 5] float32 = 200 bytes
+    dml_onnx.set_memory_limit(200)  # the output (128 bytes) and every temporary fit
     (y,) = dml_onnx.InferenceSession(model).run(None, case.feeds())
     assert y.shape == (1, 2, 4, 4)
 

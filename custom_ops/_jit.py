@@ -1,0 +1,13 @@
+"""The compiler of the kernels' loops: numba, without the interpreter lock (so that threads of
+``run_parallel`` run compiled loops side by side), cached on disk, and with numpy's rules for
+floating-point errors (a division by zero gives infinity or NaN, as the formulas say).
+
+Only the ``_*_loops`` modules import this one, and the kernels import those on their first
+call: importing the package does not import numba (about half a second).
+"""
+
+from __future__ import annotations
+
+import numba
+
+jit = numba.njit(nogil=True, cache=True, error_model="numpy")
