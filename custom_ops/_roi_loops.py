@@ -133,26 +133,49 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
     ct = settings.dtype.type
     _, height, width, channels = Xt.shape
     _, _, oh, ow = Y.shape
-    values = np.empty(channels, settings.dtype)
     acc = np.empty(channels, settings.dtype)
+    out_of_bounds = settings[2]
     for r in regions:
+        b = batch[r]
         ny, nx = n[0, r], n[1, r]
-        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
-        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        y_lo, y_hi, y_wlo, y_whi, y_in, _, _ = axis_samples(first[0, r], size[0, r], ny, oh,
+                                                            height, settings, align, linear)
+        x_lo, x_hi, x_wlo, x_whi, x_in, _, _ = axis_samples(first[1, r], size[1, r], nx, ow,
+                                                            width, settings, align, linear)
         count = ct(ny * nx)
         for oy in range(oh):
             for ox in range(ow):
-                acc[:] = ct(-0.0) if average else ct(-np.inf)
+                for c in range(channels):
+                    acc[c] = ct(-0.0) if average else ct(-np.inf)
                 for sy in range(oy * ny, oy * ny + ny):
+                    y0, y1, wy0, wy1 = y_lo[sy], y_hi[sy], y_wlo[sy], y_whi[sy]
                     for sx in range(ox * nx, ox * nx + nx):
-                        read_sample(Xt, batch[r], ys, sy, xs, sx, linear, settings[2], values)
-                        if average:
+                        x0, x1 = x_lo[sx], x_hi[sx]
+                        w00, w01 = wy0 * x_wlo[sx], wy0 * x_whi[sx]
+                        w10, w11 = wy1 * x_wlo[sx], wy1 * x_whi[sx]
+                        if not (y_in[sy] and x_in[sx]):
                             for c in range(channels):
-                                acc[c] += values[c]
+                                v = out_of_bounds
+                                acc[c] = acc[c] + v if average else (
+                                    v if v > acc[c] or v != v else acc[c])
+                        elif linear and average:
+                            for c in range(channels):
+                                acc[c] += (w00 * Xt[b, y0, x0, c] + w01 * Xt[b, y0, x1, c]
+                                           + w10 * Xt[b, y1, x0, c] + w11 * Xt[b, y1, x1, c])
+                        elif linear:
+                            for c in range(channels):
+                                v = (w00 * Xt[b, y0, x0, c] + w01 * Xt[b, y0, x1, c]
+                                     + w10 * Xt[b, y1, x0, c] + w11 * Xt[b, y1, x1, c])
+                                if v > acc[c] or v != v:
+                                    acc[c] = v
+                        elif average:
+                            for c in range(channels):
+                                acc[c] += Xt[b, y0, x0, c]
                         else:
                             for c in range(channels):
-                                if values[c] > acc[c] or values[c] != values[c]:
-                                    acc[c] = values[c]
+                                v = Xt[b, y0, x0, c]
+                                if v > acc[c] or v != v:
+                                    acc[c] = v
                 for c in range(channels):
                     Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
 
@@ -244,15 +267,20 @@ def _corner_terms(image, ys, sy, xs, sx, weight, taken, along_y, along_x, one):
 
 @jit
 def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, winners,
-                 row_start, row_stop, dXt):
-    """Add every region's ``dY`` onto the rows ``row_start:row_stop`` of ``dXt`` (rows of
-    the flattened ``[N * H]``): each in-bounds sample's weight (``dY / (n_y n_x)`` for
-    average, ``dY`` on the winning sample for max) times each corner's weight. Regions,
-    outputs, samples and corners are visited in order, so each element sums in the same order
-    whatever the rows a thread owns."""
+                 row_start, row_stop, dXt, dX):
+    """Rows ``row_start:row_stop`` (of the flattened ``[N * H]``) of the image gradient: every
+    region's ``dY`` added onto them in ``dXt [N, H, W, C]`` (zeroed here first), then copied to
+    ``dX [N, C, H, W]``. Each in-bounds sample adds its weight (``dY / (n_y n_x)`` for average,
+    ``dY`` on the winning sample for max) times each corner's weight. Regions, outputs, samples
+    and corners are visited in order, so each element sums in the same order whatever the rows
+    a thread owns."""
     ct = settings.dtype.type
     n_images, height, width, channels = dXt.shape
     regions, _, oh, ow = dY.shape
+    for row in range(row_start, row_stop):
+        for x in range(width):
+            for c in range(channels):
+                dXt[row // height, row % height, x, c] = 0
     weight = np.empty(channels, settings.dtype)
     for r in range(regions):
         b = batch[r]
@@ -260,14 +288,16 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
         if lowest >= highest:
             continue
         ny, nx = n[0, r], n[1, r]
-        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
-        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        y_lo, y_hi, y_wlo, y_whi, y_in, _, _ = axis_samples(first[0, r], size[0, r], ny, oh,
+                                                            height, settings, align, linear)
+        x_lo, x_hi, x_wlo, x_whi, x_in, _, _ = axis_samples(first[1, r], size[1, r], nx, ow,
+                                                            width, settings, align, linear)
         count = ct(ny * nx)
         for oy in range(oh):
             touched = False
             for sy in range(oy * ny, oy * ny + ny):
-                touched |= ys[4][sy] and (lowest <= ys[0][sy] < highest
-                                          or lowest <= ys[1][sy] < highest)
+                touched |= y_in[sy] and (lowest <= y_lo[sy] < highest
+                                         or lowest <= y_hi[sy] < highest)
             if not touched:
                 continue
             for ox in range(ow):
@@ -275,20 +305,23 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
                     weight[c] = dY[r, c, oy, ox] / count if average else dY[r, c, oy, ox]
                 for k in range(ny * nx):
                     sy, sx = oy * ny + k // nx, ox * nx + k % nx
-                    if not (ys[4][sy] and xs[4][sx]):
+                    if not (y_in[sy] and x_in[sx]):
                         continue
                     for corner in range(4 if linear else 1):
-                        y, wy = (ys[0][sy], ys[2][sy]) if corner < 2 else (ys[1][sy], ys[3][sy])
+                        y, wy = (y_lo[sy], y_wlo[sy]) if corner < 2 else (y_hi[sy], y_whi[sy])
                         if not lowest <= y < highest:
                             continue
-                        x, wx = (xs[0][sx], xs[2][sx]) if corner % 2 == 0 else (xs[1][sx],
-                                                                                 xs[3][sx])
+                        x, wx = (x_lo[sx], x_wlo[sx]) if corner % 2 == 0 else (x_hi[sx],
+                                                                                x_whi[sx])
                         w = wy * wx
-                        target = dXt[b, y, x]
                         if average:
                             for c in range(channels):
-                                target[c] += weight[c] * w
+                                dXt[b, y, x, c] += weight[c] * w
                         else:
                             for c in range(channels):
                                 if winners[r, oy, ox, c] == k:
-                                    target[c] += weight[c] * w
+                                    dXt[b, y, x, c] += weight[c] * w
+    for row in range(row_start, row_stop):
+        for c in range(channels):
+            for x in range(width):
+                dX[row // height, c, row % height, x] = dXt[row // height, row % height, x, c]

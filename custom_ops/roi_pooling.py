@@ -16,14 +16,15 @@ exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN i
 NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
 float16's own max; numpy's float16 maximum is slow).
 
-Implementation: the bin maxima are separable, rows then columns. Up to :data:`SMALL_ROIS`
-regions get their geometry in Python integers and one gather of their bins' pixels (few numpy
-calls: small inputs); more regions get it vectorised and are pooled region by region from a
-channels-last copy of X (long contiguous runs of ``C`` values), in rows then columns.
+Implementation: up to :data:`SMALL_ROIS` regions get their geometry in Python integers and one
+gather of their bins' pixels (few numpy calls: small inputs); more regions get it vectorised
+and are pooled by the compiled loop of :mod:`custom_ops._roi_pooling_loops` over a
+channels-last copy of X (contiguous runs of ``C`` values), regions split over threads.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -39,13 +40,14 @@ from custom_ops._common import (
     check_memory,
     check_rank,
     compute_dtype,
+    interleaved,
     round_half_away,
+    run_parallel,
 )
 
 OP = "RoiPooling"
 
 _CORNERS = ("x1", "y1", "x2", "y2")
-_INDEX_BUDGET = 1 << 20  # gather-index entries built at once (bounds the temporary memory)
 SMALL_ROIS = 4
 """Up to this many regions: geometry in Python integers (fewer numpy calls)."""
 _SMALL_GATHER = 1 << 14  # ... and pooled by one gather when it reads at most this many pixels
@@ -256,52 +258,16 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
 
 def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
           ws: np.ndarray, we: np.ndarray) -> np.ndarray:
-    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``; every size is at least 1 here.
+    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``, by the compiled loop over a
+    channels-last copy of X (each pixel's ``C`` values contiguous), regions split over
+    threads."""
+    from custom_ops import _roi_pooling_loops as loops  # compiled on first use
 
-    Per region: gather the rows of each row-bin (the last row repeated to a common length) and
-    take their maximum, then the same over columns. Channels-last keeps each gathered run long
-    (``width * C`` contiguous values); X is copied so once when the windows together are at
-    least as large as X, else they are read in place.
-    """
-    n, c, h, w = X.shape
     r, ph_count = hs.shape
-    pw_count = ws.shape[1]
-    # Row indices of bin k: start + j, repeated at end - 1 (empty bins: start, clamped in X).
-    h_len = np.maximum(he - hs, 1)
-    w_len = np.maximum(we - ws, 1)
-    h_last = np.minimum(hs + h_len - 1, h - 1)
-    w_last = np.minimum(ws + w_len - 1, w - 1)
-    y0 = np.minimum(hs.min(axis=1), h - 1)
-    y1 = h_last.max(axis=1) + 1
-    x0 = np.minimum(ws.min(axis=1), w - 1)
-    x1 = w_last.max(axis=1) + 1
-    h_max = h_len.max(axis=1)
-    w_max = w_len.max(axis=1)
-    window_values = int(((y1 - y0) * (x1 - x0)).sum()) * c
-    by_channels_last = window_values >= X.size
-    source = channels_last(X, ctype) if by_channels_last else X.astype(ctype, copy=False)
-    Y = np.empty((r, c, ph_count, pw_count), ctype)
-
-    per_roi = ph_count * int(h_max.max()) + pw_count * int(w_max.max())
-    chunk = max(1, _INDEX_BUDGET // per_roi)
-    for lo in range(0, r, chunk):
-        sl = slice(lo, min(lo + chunk, r))
-        rows = np.minimum(hs[sl, :, None] + np.arange(int(h_max[sl].max())), h_last[sl, :, None])
-        cols = np.minimum(ws[sl, :, None] + np.arange(int(w_max[sl].max())), w_last[sl, :, None])
-        rows -= y0[sl, None, None]
-        cols -= x0[sl, None, None]
-        for k, i in enumerate(range(sl.start, sl.stop)):
-            row_idx = rows[k, :, :h_max[i]]
-            col_idx = cols[k, :, :w_max[i]]
-            if by_channels_last:
-                window = source[batch[i], y0[i]:y1[i], x0[i]:x1[i]]       # [h, w, C]
-                pooled = window[row_idx].max(axis=1)[:, col_idx].max(axis=2)  # [PH, PW, C]
-                Y[i] = pooled.transpose(2, 0, 1)
-            else:
-                window = source[batch[i], :, y0[i]:y1[i], x0[i]:x1[i]]    # [C, h, w]
-                Y[i] = window[:, row_idx].max(axis=2)[:, :, col_idx].max(axis=3)
-
-    empty = (he <= hs)[:, :, None] | (we <= ws)[:, None, :]
-    if empty.any():
-        Y.transpose(0, 2, 3, 1)[empty] = 0
+    Y = np.empty((r, X.shape[1], ph_count, ws.shape[1]), ctype)
+    work = float((np.maximum(he - hs, 0).sum(axis=1) * np.maximum(we - ws, 0).sum(axis=1)).sum()
+                 ) * X.shape[1]
+    source = channels_last(X, ctype)
+    run_parallel([functools.partial(loops.pool_regions, source, batch, hs, he, ws, we, part, Y)
+                  for part in interleaved(r, work)])
     return Y

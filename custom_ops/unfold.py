@@ -21,6 +21,7 @@ and :func:`block_positions`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -33,6 +34,7 @@ from custom_ops._common import (
     KernelError,
     WindowGeometry,
     as_key,
+    bands,
     check_memory,
     check_rank,
     check_window_attributes,
@@ -40,6 +42,7 @@ from custom_ops._common import (
     memory_limit,
     padded_copy_slices,
     read_extent,
+    run_parallel,
     sliding_block_counts,
 )
 
@@ -148,23 +151,30 @@ def block_positions(shape: tuple[int, ...], geometry: WindowGeometry) -> np.ndar
 
 
 def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
-    """The strided path: pad (with ``fill``) if needed, view the blocks, copy once."""
+    """The strided path: pad (with ``fill``) if needed, view the blocks, copy once; planes
+    split over threads."""
     g = plan.geometry
     n, c, *spatial = X.shape
-    if plan.padded:  # pad into a buffer of the extent the blocks read
-        source = np.full((n, c, *plan.extent), fill, dtype=X.dtype)
-        inside, kept = padded_copy_slices(g, spatial, plan.extent)
-        source[(..., *inside)] = X[(..., *kept)]
-    else:
-        source = X  # no start padding and no end padding read: view the input itself
-    axis_strides = source.strides[2:]
+    planes = X.reshape(n * c, *spatial)
+    source = np.empty((n * c, *plan.extent), X.dtype) if plan.padded else planes
+    axis_strides = source.strides[1:]
     view = as_strided(
-        source, shape=(n, c, *g.window, *g.blocks),
-        strides=(*source.strides[:2], *(st * d for st, d in zip(axis_strides, g.dilations)),
+        source, shape=(n * c, *g.window, *g.blocks),
+        strides=(source.strides[0], *(st * d for st, d in zip(axis_strides, g.dilations)),
                  *(st * s for st, s in zip(axis_strides, g.strides))),
         writeable=False)
     Y = np.empty(view.shape, dtype=X.dtype)
-    np.copyto(Y, view)
+
+    def copy(first: int, stop: int) -> None:
+        if plan.padded:  # pad into a buffer of the extent the blocks read
+            part = source[first:stop]
+            part.fill(fill)
+            inside, kept = padded_copy_slices(g, spatial, plan.extent)
+            part[(slice(None), *inside)] = planes[(slice(first, stop), *kept)]
+        np.copyto(Y[first:stop], view[first:stop])
+
+    run_parallel([functools.partial(copy, first, stop)
+                  for first, stop in bands(n * c, Y.size + source.size * plan.padded)])
     return Y.reshape(n, c * math.prod(g.window), math.prod(g.blocks))
 
 

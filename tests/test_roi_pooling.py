@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import custom_ops.roi_pooling as roi_module
+import custom_ops._common as common
 from custom_ops.roi_pooling import check_attributes, roi_pooling
 from dml_onnx.reference_ops.roi_pooling import bin_edges, region_corners
 from dml_onnx.reference_ops.roi_pooling import roi_pooling as reference_roi_pooling
@@ -297,19 +297,17 @@ def test_non_contiguous_inputs():
     assert_same(y, reference(np.ascontiguousarray(X), rois, [3, 3]))
 
 
-def test_both_layouts_and_chunks(monkeypatch):
+def test_many_regions_on_one_thread_and_on_several(monkeypatch):
+    """Regions split over threads: the reference's values on one thread and on several."""
     rng = np.random.default_rng(10)
-    # Few small ROIs on a large map: the windows are read in place (channels first).
     X = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
-    rois = f32([[1, 3, 4, 8, 6], [0, 30, 33, 45, 36]])
-    assert_same(roi_pooling(X, rois, pooled_size=[2, 3]), reference(X, rois, [2, 3]))
-    # Many ROIs on a small map: X is transposed once (channels last).
-    X = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
-    rois = random_rois(rng, 25, 2, 6.0)
+    X[1, 2, 5, 7] = np.nan
+    rois = np.concatenate([random_rois(rng, 25, 2, 40.0), f32([[1, 3, 4, 8, 6]])])
     expected = reference(X, rois, [3, 2])
+    monkeypatch.setattr(common, "THREADS", 1)
     assert_same(roi_pooling(X, rois, pooled_size=[3, 2]), expected)
-    # Index arrays built a few ROIs at a time.
-    monkeypatch.setattr(roi_module, "_INDEX_BUDGET", 20)
+    monkeypatch.setattr(common, "THREADS", 4)
+    monkeypatch.setattr(common, "GRAIN", 1)  # split even this small work
     assert_same(roi_pooling(X, rois, pooled_size=[3, 2]), expected)
 
 
