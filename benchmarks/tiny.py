@@ -1,0 +1,108 @@
+"""Where the time of a tiny call goes: the benchmark's tiny rows, split into their parts.
+
+    python benchmarks/tiny.py [--threads K]
+
+Per tiny row of ``benchmarks/run.py``, in microseconds per call (best of several loops):
+
+- **native**: the row's first peer (onnxruntime's own kernel on the standard form);
+- **Python floor**: a session whose one node is a Python operator that returns its first input
+  unchanged, on the same inputs: what onnxruntime and onnxruntime-extensions cost to reach
+  Python and back, before any kernel work;
+- **kernel**: our kernel called directly from Python on the same inputs (checks, plan, loops);
+- **session**: ``dml_onnx.InferenceSession.run`` of the row's model;
+- **rest**: session - floor - kernel, what our binding adds (feeds, attribute lookup, outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+
+import dml_onnx
+from dml_onnx.builders import IR_VERSION
+
+_spec = importlib.util.spec_from_file_location("benchmarks_run", Path(__file__).parent / "run.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+
+LOOPS = 2000
+
+
+@onnx_op(op_type="PassThrough", inputs=[PyCustomOpDef.dt_float],
+         outputs=[PyCustomOpDef.dt_float])
+def _pass_through(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def per_call(call: Callable[[], object]) -> float:
+    """Microseconds per call: the best of five loops of :data:`LOOPS` calls."""
+    call()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(LOOPS):
+            call()
+        best = min(best, (time.perf_counter() - start) / LOOPS)
+    return best * 1e6
+
+
+def floor_session(x: np.ndarray) -> Callable[[], object]:
+    """A session of one Python operator returning its float input: the cost of reaching
+    Python from onnxruntime and back."""
+    node = helper.make_node("PassThrough", ["x"], ["y"], domain="ai.onnx.contrib")
+    value = helper.make_tensor_value_info
+    model = helper.make_model(
+        helper.make_graph([node], "floor", [value("x", TensorProto.FLOAT, list(x.shape))],
+                          [value("y", TensorProto.FLOAT, list(x.shape))]),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.contrib", 1)],
+        ir_version=IR_VERSION)
+    options = bench.session_options()
+    options.register_custom_ops_library(get_library_path())
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x})
+
+
+def kernel_call(row: bench.Row) -> Callable[[], object]:
+    definition = dml_onnx.OPERATORS_BY_NAME[row.op]
+    node = row.model().graph.node[0]
+    run = definition.bind_kernel(definition.node_attributes(node), "tiny", row.outputs)
+    return lambda: run(row.inputs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime intra-op threads of every session (0: default)")
+    bench.threads = parser.parse_args().threads
+    print("| tiny row | native µs | Python floor µs | kernel µs | session µs | rest µs | "
+          "session / native |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in bench.rows(np.random.default_rng(0)):
+        if not row.tiny:
+            continue
+        session = dml_onnx.InferenceSession(row.model(), bench.session_options())
+        feeds = row.feeds()
+        peer = (bench._onnxruntime_peer(row, *row.onnxruntime) if row.onnxruntime
+                else row.peers[0])
+        native_call = peer.make()
+        native = per_call(native_call) if native_call else float("nan")
+        floor = per_call(floor_session(next(a for a in row.inputs if a is not None)))
+        kernel = per_call(kernel_call(row))
+        ours = per_call(lambda: session.run(None, feeds))  # noqa: B023 - called at once
+        print(f"| {row.name} vs {peer.label} | {native:.1f} | {floor:.1f} | {kernel:.1f} | "
+              f"{ours:.1f} | {ours - floor - kernel:.1f} | {ours / native:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
