@@ -48,6 +48,8 @@ from dml_onnx.conformance import single_node_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
+SETTLE = 0.02
+"""Seconds between the calls of two sides, so that the workers of one stop spinning first."""
 threads = 0
 """Threads every side may use (``--threads``; 0: each library's default)."""
 
@@ -303,9 +305,10 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
             ) -> list[list[float]]:
     """Seconds per call, ``repeat`` samples of each call, the calls alternating.
 
-    Each sample follows an untimed call of the same function: onnxruntime's worker threads
-    spin for a while after a parallel kernel, and that would slow down whatever runs next
-    (the other side's sample), not the call that caused it."""
+    Each sample follows a pause of :data:`SETTLE` seconds and an untimed call of the same
+    function: onnxruntime's worker threads spin for a while after a parallel kernel, and that
+    would slow down whatever runs next on the same cores (the other side's sample), not the
+    call that caused it."""
     inner = [1] * len(calls)
     if tiny:  # repeat each call in a sample until the sample is long enough to time
         inner = [max(1, int(SAMPLE_SECONDS / max(_sample(c, 20), 1e-7))) for c in calls]
@@ -315,6 +318,7 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
     try:
         for _ in range(repeat):
             for k, call in enumerate(calls):
+                time.sleep(SETTLE)
                 call()
                 samples[k].append(_sample(call, inner[k]))
     finally:

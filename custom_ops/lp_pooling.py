@@ -135,9 +135,13 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     out = computed.reshape(count, *((1,) * (3 - plan.geometry.k)), *Y.shape[2:])
     unusual = np.zeros(count, bool)
     work = Y.size * sum(len(r) for r in plan.reading) + X.size
-    run_parallel([functools.partial(loops.pool_planes, planes, first, stop, *plan.loops, p, out,
-                                    unusual)
-                  for first, stop in bands(count, work)])
+
+    def pool(first: int, stop: int) -> None:
+        loops.pool_planes(planes, first, stop, *plan.loops, p, out, unusual)
+        if p > 2:
+            np.power(out[first:stop], dtype.type(1.0 / p), out=out[first:stop])
+
+    run_parallel([functools.partial(pool, first, stop) for first, stop in bands(count, work)])
     if computed is not Y:
         Y[...] = computed
     if unusual.any():
