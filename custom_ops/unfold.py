@@ -15,8 +15,8 @@ itself when they read no padding), builds a ``[N, C, window..., blocks...]`` str
 it and copies that view into the output in one pass. Outputs of up to :data:`SMALL` elements
 are instead one gather of ``X``'s values by an index cached per shape and attributes (the
 strided path run once on the positions themselves). This module also holds the window
-geometry that Fold (Unfold's adjoint) shares: :func:`window_geometry`, :func:`block_range`
-and :func:`block_positions`.
+geometry that Fold (Unfold's adjoint) shares: :func:`window_attributes` and
+:func:`window_geometry`.
 """
 
 from __future__ import annotations
@@ -85,20 +85,6 @@ def window_geometry(op: str, node: str, spatial_shape: tuple[int, ...],
     blocks = sliding_block_counts(op, node, spatial_shape, window, strides, dilations, start, end,
                                   what="block count")
     return WindowGeometry.of(window, strides, dilations, start, end, blocks)
-
-
-def block_range(size: int, blocks: int, stride: int, offset: int) -> tuple[slice, slice] | None:
-    """The blocks ``b < blocks`` whose position ``b * stride + offset`` lies in ``[0, size)``.
-
-    Returns ``(positions, block_range)``: a slice of the axis and the matching contiguous slice
-    of the block axis; ``None`` when no block lands inside.
-    """
-    lo = max(0, (stride - 1 - offset) // stride)  # ceil(-offset / stride), at least 0
-    hi = min(blocks, (size - 1 - offset) // stride + 1)
-    if lo >= hi:
-        return None
-    first = lo * stride + offset
-    return slice(first, first + (hi - lo - 1) * stride + 1, stride), slice(lo, hi)
 
 
 def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequence[int] = (),

@@ -13,6 +13,7 @@ import custom_ops.lp_pooling as lp_module
 import custom_ops.roi_pooling as roi_module
 import custom_ops.unfold as unfold_module
 from custom_ops import KernelError
+from dml_onnx.reference_ops.fold import fold as fold_reference
 
 CASES = [  # window, strides, dilations, start, end, spatial
     ((3, 3), (), (), (1, 1), (1, 1), (7, 6)),
@@ -43,10 +44,10 @@ def force(monkeypatch):
     """``force(module, name, value)``: set a path-selecting size, with fresh plan caches."""
     def set_value(module, name, value):
         monkeypatch.setattr(module, name, value)
-        for cached in (unfold_module._plan, fold_module._positions, lp_module._plan):
+        for cached in (unfold_module._plan, lp_module._plan):
             cached.cache_clear()
     yield set_value
-    for cached in (unfold_module._plan, fold_module._positions, lp_module._plan):
+    for cached in (unfold_module._plan, lp_module._plan):
         cached.cache_clear()
 
 
@@ -63,25 +64,27 @@ def test_unfold_gather_and_strided_paths_agree(case, dtype, force):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8])
-def test_fold_scatter_and_chunked_paths_agree(case, dtype, force):
+def test_fold_thread_count_and_chunks_change_no_bit(case, dtype, force):
+    """Planes split over threads (and float16 planes converted in chunks): the same bits on
+    one thread and on several, and the plain loop reference's values."""
     shape = unfold_module.unfold(np.zeros((2, 3, *case[-1]), dtype), **_attributes(case)).shape
     x = _random(np.random.default_rng(1), shape, dtype)
     attributes = {**_attributes(case), "output_size": case[-1]}
-    scattered = fold_module.fold(x, **attributes)
-    force(fold_module, "SMALL", 0)
+    force(common, "GRAIN", 1)  # split even this small work
     results = []
     for chunk, threads in ((1 << 30, 1), (1, 1), (1, 2), (40, 3)):
         force(fold_module, "CHUNK_BYTES", chunk)
         force(common, "THREADS", threads)
         results.append(fold_module.fold(x, **attributes))
-    for chunked in results:
-        assert chunked.dtype == x.dtype
-        np.testing.assert_array_equal(chunked, results[0])  # chunks never split a plane
-    if np.dtype(dtype).kind == "f":  # the two paths add in different orders
-        np.testing.assert_allclose(scattered.astype(np.float64), results[0].astype(np.float64),
+    for got in results:
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, results[0])
+    want = fold_reference(x, **attributes)  # sums floats in float64: equal up to rounding
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(results[0].astype(np.float64), want.astype(np.float64),
                                    rtol=1e-3 if dtype == np.float16 else 1e-5, atol=1e-5)
     else:
-        np.testing.assert_array_equal(scattered, results[0])
+        np.testing.assert_array_equal(results[0], want)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if len(c[0]) <= 3])

@@ -1,0 +1,57 @@
+"""The compiled loop of Fold (specification section 6), by :data:`custom_ops._jit.jit`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from custom_ops._jit import jit
+
+
+@jit
+def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
+    """``Y[m] = Fold(X[m])`` for ``m`` in ``first:stop``, in ``Y``'s element type.
+
+    ``X [M, taps, L]``: per plane, tap ``t`` (row-major over the window) and block ``b``
+    (row-major over the block grid ``blocks``); ``Y [M, prod(output)]`` flat, row-major with
+    ``pitch[d] = prod(output[d + 1:])``. The value at ``(t, b)`` is added at the position
+    ``p_d = b_d * strides[d] + offsets[t, d]`` when every ``p_d`` lies in ``[0, output[d])``
+    (``offsets[t, d] = i_d * dilation_d - start_d``). Per plane, taps go in order and each
+    tap's values in block order: one run per line of the block grid along the last axis.
+    """
+    k = blocks.size
+    last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
+    lines = X.shape[2] // last_blocks
+    for m in range(first, stop):
+        y = Y[m]
+        y[:] = 0
+        for t in range(X.shape[1]):
+            x = X[m, t]
+            shift = offsets[t, k - 1]
+            lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...
+            hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
+            if lo >= hi:
+                continue
+            for line in range(lines):
+                rest, start, inside = line, shift + lo * last_stride, True
+                for d in range(k - 2, -1, -1):
+                    p = rest % blocks[d] * strides[d] + offsets[t, d]
+                    rest //= blocks[d]
+                    if p < 0 or p >= output[d]:
+                        inside = False
+                        break
+                    start += p * pitch[d]
+                if inside:
+                    source = x[line * last_blocks + lo:line * last_blocks + hi]
+                    if last_stride == 1:
+                        _add(y[start:start + hi - lo], source)
+                    else:
+                        _add(y[start:start + (hi - lo - 1) * last_stride + 1:last_stride],
+                             source)
+
+
+@jit
+def _add(target, source):
+    """``target += source``; unsigned indices spare the negative-index wrap, so the contiguous
+    form compiles to vector instructions."""
+    for i in range(source.size):
+        target[np.uint64(i)] += source[np.uint64(i)]
