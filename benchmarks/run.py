@@ -2,8 +2,8 @@
 
     python benchmarks/run.py [--repeat N] [--only TEXT] [--results DIR] [--cores 1,2,16]
 
-Each row runs one ``dml_onnx`` node and its peers on the same inputs, alternating between them
-(so that drift in machine load touches both alike), and reports the median time of each, the
+Each row runs one ``dml_onnx`` node and then each of its peers on the same inputs (one side's
+samples after the other's: see :func:`measure`), and reports the median time of each, the
 spread (interquartile range over the median) and the ratio ours / peer against the target.
 Peers: onnxruntime's own kernels on the node's standard form (``MaxRoiPool``, ``RoiAlign``,
 ``LpPool``, ``Col2Im``, ``Pad`` + ``Gather`` for Unfold), ``torch.nn.functional.unfold`` and
@@ -18,8 +18,7 @@ CPUs (its affinity, so our kernels' threads follow), with onnxruntime's ``intra_
 gets the same cores. The report then holds a table per core count and one of how each row
 scales.
 
-Writes ``benchmarks.md`` (the table) and, when matplotlib is importable (the ``bench`` extra),
-``benchmarks.png`` (ratios against targets) to ``--results`` (default: ``benchmarks/results``).
+Writes ``benchmarks.md`` (the tables) to ``--results`` (default: ``benchmarks/results``).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from dml_onnx.conformance import single_node_model
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
 SETTLE = 0.02
-"""Seconds between the calls of two sides, so that the workers of one stop spinning first."""
+"""Seconds of pause before each side's samples."""
 threads = 0
 """Threads every side may use (``--threads``; 0: each library's default)."""
 
@@ -303,12 +302,14 @@ def _sample(call: Callable[[], object], inner: int) -> float:
 
 def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
             ) -> list[list[float]]:
-    """Seconds per call, ``repeat`` samples of each call, the calls alternating.
+    """Seconds per call, ``repeat`` samples of each call, one call after the other (ours
+    first).
 
-    Each sample follows a pause of :data:`SETTLE` seconds and an untimed call of the same
-    function: onnxruntime's worker threads spin for a while after a parallel kernel, and that
-    would slow down whatever runs next on the same cores (the other side's sample), not the
-    call that caused it."""
+    Not alternated: onnxruntime's worker threads keep spinning for a while after a parallel
+    kernel (measured: still slowing down the next call on the same cores 0.2 s later), which
+    would slow down the other side's samples, not the call that caused it. Each call's
+    samples follow a pause of :data:`SETTLE` seconds and an untimed call; a peer's session
+    (and its threads) is gone before the next row starts."""
     inner = [1] * len(calls)
     if tiny:  # repeat each call in a sample until the sample is long enough to time
         inner = [max(1, int(SAMPLE_SECONDS / max(_sample(c, 20), 1e-7))) for c in calls]
@@ -316,11 +317,10 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(repeat):
-            for k, call in enumerate(calls):
-                time.sleep(SETTLE)
-                call()
-                samples[k].append(_sample(call, inner[k]))
+        for k, call in enumerate(calls):
+            time.sleep(SETTLE)
+            call()
+            samples[k] = [_sample(call, inner[k]) for _ in range(repeat)]
     finally:
         if enabled:
             gc.enable()
@@ -521,41 +521,13 @@ def run_pinned(cores: int, argv: Sequence[str]) -> list[Result]:
         return [Result(**fields) for fields in json.loads(found.read_text())]
 
 
-def chart(results: Sequence[Result], path: Path) -> bool:
-    """A bar chart of the ratios with their targets; False when matplotlib is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    shown = [r for r in results if not math.isnan(r.ratio)]
-    labels = [f"{r.row}\nvs {r.peer}" for r in shown]
-    ratios = [r.ratio for r in shown]
-    fig, ax = plt.subplots(figsize=(10, 0.42 * len(shown) + 1.2))
-    y = np.arange(len(shown))[::-1]
-    colors = ["tab:green" if r.ratio <= r.target else "tab:red" for r in shown]
-    ax.barh(y, ratios, color=colors, height=0.6)
-    ax.scatter([r.target for r in shown], y, marker="|", s=250, color="black", zorder=3,
-               label="target")
-    ax.axvline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    ax.set_xscale("log")
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.set_xlabel("time ours / time peer (log scale; below 1: we are faster)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     global threads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=21, help="samples per call (default 21)")
     parser.add_argument("--only", default="", help="run the rows whose name contains this")
     parser.add_argument("--results", type=Path, default=RESULTS,
-                        help="where to write benchmarks.md and benchmarks.png")
+                        help="where to write benchmarks.md")
     parser.add_argument("--cores", default="",
                         help="comma-separated core counts (e.g. 1,2,16): a run per count, "
                              "every side pinned to that many cores")
@@ -591,11 +563,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = markdown(results, args.repeat, (load_before, _load()))
     print(text)
     (args.results / "benchmarks.md").write_text(text)
-    if chart(results, args.results / "benchmarks.png"):
-        log(f"wrote {args.results / 'benchmarks.md'} and {args.results / 'benchmarks.png'}")
-    else:
-        log(f"wrote {args.results / 'benchmarks.md'}; no chart (matplotlib not installed: "
-            "pip install '.[bench]')")
+    log(f"wrote {args.results / 'benchmarks.md'}")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -219,8 +222,10 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``.
 
     Copied eight channels at a time (a plain strided transpose is about 3x slower), 64
-    channels of one image per parallel task."""
+    channels of one image per parallel task; up to :data:`GRAIN` values, in one call."""
     n, c, h, w = X.shape
+    if X.size <= GRAIN:
+        return np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype)
     out = np.empty((n, h * w, c), dtype)
     planes = X.reshape(n, c, h * w)
 
@@ -258,6 +263,8 @@ def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
     """``range(count)`` dealt to one group per worker (see :func:`workers`): ``k, k + g,
     k + 2g, ...``, so that items of different cost mix in every group."""
     groups = max(1, min(workers(work), count))
+    if groups == 1:
+        return [np.arange(count)]
     return [np.arange(k, count, groups) for k in range(groups)]
 
 
@@ -265,6 +272,8 @@ def bands(count: int, work: float | None = None) -> list[tuple[int, int]]:
     """``range(count)`` cut into one run of consecutive items per worker (see
     :func:`workers`), as ``(start, stop)`` pairs."""
     groups = max(1, min(workers(work), count))
+    if groups == 1:
+        return [(0, count)]
     cuts = [count * k // groups for k in range(groups + 1)]
     return list(zip(cuts, cuts[1:]))
 
@@ -308,6 +317,20 @@ def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
             except Exception as error:  # noqa: BLE001 - handed to run_parallel, which raises it
                 return index, error
     return None
+
+
+def compiled(name: str) -> ModuleType:
+    """The module ``custom_ops.<name>`` of compiled loops, imported on its first use.
+
+    The first import loads numba and the loops' cache (about a second). It runs on a helper
+    thread, which signals never interrupt: a Ctrl-C that lands during it reaches the caller
+    once the import is complete, where an interrupted import would leave numba half-loaded
+    for the rest of the process."""
+    module = sys.modules.get(f"custom_ops.{name}")
+    if module is not None:
+        return module
+    with ThreadPoolExecutor(1, thread_name_prefix="custom_ops-import") as loader:
+        return loader.submit(importlib.import_module, f"custom_ops.{name}").result()
 
 
 SERIAL_PRODUCT = 65536 * 4

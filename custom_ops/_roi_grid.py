@@ -26,6 +26,7 @@ from custom_ops._common import (
     check_int,
     check_rank,
     check_work,
+    compiled,
 )
 
 REDUCTIONS = ("average", "max")
@@ -157,7 +158,7 @@ class Plan:
     def __init__(self, op: str, node: str, image_shape: Sequence[int], boxes: np.ndarray,
                  indices: np.ndarray, sampling: Sampling, output_size: tuple[int, int],
                  dtype: np.dtype):
-        from custom_ops import _roi_loops as loops  # compiled on first use
+        loops = compiled("_roi_loops")
 
         self.sampling, self.dtype, self.output_size = sampling, np.dtype(dtype), output_size
         regions = len(indices)

@@ -1,10 +1,67 @@
-"""The compiled loop of RoiPooling (specification section 1), by :data:`custom_ops._jit.jit`."""
+"""The compiled loops of RoiPooling (specification section 1), by :data:`custom_ops._jit.jit`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from custom_ops._jit import jit
+
+EXACT = 2.0 ** 40
+"""Rounded corners up to this size, and pooled sizes up to :data:`EXACT_BINS`, keep every bin
+edge computation inside int64; larger ones take the exact Python-integer path."""
+EXACT_BINS = 1 << 20
+GEOMETRY_OK, GEOMETRY_OTHER = 0, 1
+
+
+@jit
+def region_geometry(rois, scale, images, height, width, batch, hs, he, ws, we):
+    """Every region's batch index ``batch [R]`` and bin edges ``hs, he [R, PH]``,
+    ``ws, we [R, PW]`` from ``rois [R, 5]`` (the compute type; ``scale`` of that type), as
+    specification section 1 says; returns ``(GEOMETRY_OK, pixels read)``, or
+    ``(GEOMETRY_OTHER, 0)`` when a row is invalid or beyond :data:`EXACT` (the caller's exact
+    path then raises or computes it)."""
+    ph, pw = hs.shape[1], ws.shape[1]
+    if ph > EXACT_BINS or pw > EXACT_BINS:
+        return GEOMETRY_OTHER, 0.0
+    pixels = 0.0
+    for r in range(rois.shape[0]):
+        index = np.float64(rois[r, 0])
+        if not (index > -1 and index < images):  # trunc(index) in [0, images); NaN fails
+            return GEOMETRY_OTHER, 0.0
+        batch[r] = np.int64(index)
+        x1, y1, x2, y2 = (rois[r, 1] * scale, rois[r, 2] * scale, rois[r, 3] * scale,
+                          rois[r, 4] * scale)
+        if not (abs(x1) <= EXACT and abs(y1) <= EXACT and abs(x2) <= EXACT
+                and abs(y2) <= EXACT):  # also inf and NaN
+            return GEOMETRY_OTHER, 0.0
+        rows = _bins(_round_half_away(y1), _round_half_away(y2), height, hs[r], he[r])
+        columns = _bins(_round_half_away(x1), _round_half_away(x2), width, ws[r], we[r])
+        pixels += rows * columns
+    return GEOMETRY_OK, pixels
+
+
+@jit
+def _round_half_away(value):
+    """``value`` rounded half away from zero, as int64 (``|value| <= EXACT``)."""
+    magnitude = abs(value)
+    whole = np.floor(magnitude)
+    if magnitude - whole >= 0.5:  # exact in floating point
+        whole += 1
+    return np.int64(whole) if value >= 0 else -np.int64(whole)
+
+
+@jit
+def _bins(lo, hi, limit, starts, ends):
+    """Bin ``p`` of ``P`` spans ``[p * size // P, ceil((p + 1) * size / P))`` from ``lo``,
+    ``size = max(hi - lo + 1, 1)``, clamped to ``[0, limit]``; returns the summed bin sizes."""
+    pooled = starts.size
+    size = max(hi - lo + 1, 1)
+    total = 0
+    for p in range(pooled):
+        starts[p] = min(max(p * size // pooled + lo, 0), limit)
+        ends[p] = min(max(((p + 1) * size + pooled - 1) // pooled + lo, 0), limit)
+        total += max(ends[p] - starts[p], 0)
+    return total
 
 
 @jit

@@ -34,6 +34,7 @@ from custom_ops._common import (
     bands,
     check_ints,
     check_rank,
+    compiled,
     run_parallel,
 )
 from custom_ops.unfold import window_attributes, window_geometry
@@ -120,7 +121,7 @@ def _loop_tables(g: WindowGeometry, output: tuple[int, ...]) -> tuple[np.ndarray
 
 def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> None:
     """``Y [M, prod(output)]`` from ``planes [M, taps, L]``, bands of planes over threads."""
-    from custom_ops import _fold_loops as loops  # compiled on first use
+    loops = compiled("_fold_loops")
 
     count, size = Y.shape
 

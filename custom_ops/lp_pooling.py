@@ -34,6 +34,7 @@ from custom_ops._common import (
     check_rank,
     check_window_attributes,
     check_work,
+    compiled,
     compute_dtype,
     filled,
     memory_limit,
@@ -126,7 +127,7 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
 def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     """``Y`` from ``X``, planes split over threads, computed in the compute type and rounded
     once; then the outputs whose sums left the normal range, rescaled."""
-    from custom_ops import _lp_pooling_loops as loops  # compiled on first use
+    loops = compiled("_lp_pooling_loops")
 
     dtype = compute_dtype(X.dtype)
     count = math.prod(X.shape[:2])

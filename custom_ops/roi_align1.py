@@ -32,6 +32,7 @@ from custom_ops._common import (
     check_float_input,
     check_ints,
     check_rank,
+    compiled,
     compute_dtype,
     interleaved,
     run_parallel,
@@ -96,7 +97,7 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
         check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
         return Y.astype(X.dtype)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, (oh, ow), dtype)
-    from custom_ops import _roi_loops as loops  # compiled on first use
+    loops = compiled("_roi_loops")
 
     Xt = channels_last(X, dtype)
     settings = plan.settings(out_of_bounds)

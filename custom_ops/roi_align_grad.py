@@ -37,6 +37,7 @@ from custom_ops._common import (
     check_ints,
     check_memory,
     check_rank,
+    compiled,
     compute_dtype,
     interleaved,
     run_parallel,
@@ -177,7 +178,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
 def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
               dX: np.ndarray | None, drois: np.ndarray) -> None:
     """Fill ``drois`` (when it has rows) and ``dX`` (when given)."""
-    from custom_ops import _roi_loops as loops  # compiled on first use
+    loops = compiled("_roi_loops")
 
     sampling = plan.sampling
     regions, channels, oh, ow = grads.shape

@@ -16,16 +16,16 @@ exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN i
 NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
 float16's own max; numpy's float16 maximum is slow).
 
-Implementation: up to :data:`SMALL_ROIS` regions get their geometry in Python integers and one
-gather of their bins' pixels (few numpy calls: small inputs); more regions get it vectorised
-and are pooled by the compiled loop of :mod:`custom_ops._roi_pooling_loops` over a
-channels-last copy of X (contiguous runs of ``C`` values), regions split over threads.
+Implementation: the compiled loops of :mod:`custom_ops._roi_pooling_loops` check the rows and
+compute every bin edge in int64, then pool over a channels-last copy of X (contiguous runs of
+``C`` values), regions split over threads. Rows that are invalid or lie beyond
+:data:`~custom_ops._roi_pooling_loops.EXACT` take a vectorised numpy path instead, which
+raises the first row's error or computes the edges exactly in Python integers.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -39,6 +39,7 @@ from custom_ops._common import (
     check_ints,
     check_memory,
     check_rank,
+    compiled,
     compute_dtype,
     interleaved,
     round_half_away,
@@ -48,9 +49,6 @@ from custom_ops._common import (
 OP = "RoiPooling"
 
 _CORNERS = ("x1", "y1", "x2", "y2")
-SMALL_ROIS = 4
-"""Up to this many regions: geometry in Python integers (fewer numpy calls)."""
-_SMALL_GATHER = 1 << 14  # ... and pooled by one gather when it reads at most this many pixels
 
 
 def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: float) -> None:
@@ -142,83 +140,34 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
     check_memory(OP, node, "temporary bin edges", (max(r, 1), max(ph_count, pw_count)),
                  np.int64)
     check_memory(OP, node, "output Y", (r, c, ph_count, pw_count), X.dtype)
-    scaled = check_regions(node, rois, n, spatial_scale)
-    if r <= SMALL_ROIS:
-        regions = _python_regions(rois, scaled, h, w, ph_count, pw_count)
-        if min(c, h, w) and sum(_gathered(region) for region in regions) <= _SMALL_GATHER:
-            return _pool_by_gather(X, regions, ph_count, pw_count)
-        batch, *edges = zip(*regions)
-        geometry = (np.array(batch, np.int64), *(np.array(e, np.int64) for e in edges))
-    else:
-        batch = np.trunc(rois[:, 0].astype(np.float64)).astype(np.int64)
-        x1, y1, x2, y2 = _rounded_corners(scaled)
-        geometry = (batch, *_bins(y1, y2, ph_count, h), *_bins(x1, x2, pw_count, w))
+    geometry, pixels = _geometry(node, rois, n, h, w, ph_count, pw_count, spatial_scale)
     if min(r, c, h, w) == 0:
         return np.zeros((r, c, ph_count, pw_count), X.dtype)
-    return _pool(X, ctype, *geometry).astype(X.dtype, copy=False)
+    return _pool(X, ctype, geometry, pixels * c).astype(X.dtype, copy=False)
 
 
-# ------------------------------------------------------------------ few regions: Python integers
-Region = tuple[int, list[int], list[int], list[int], list[int]]
-"""Batch index, then bin starts and ends over rows (PH each), then over columns (PW each)."""
+def _geometry(node: str, rois: np.ndarray, n: int, h: int, w: int, ph: int, pw: int,
+              spatial_scale: float) -> tuple[tuple[np.ndarray, ...], float]:
+    """Checked ``[R, 5]`` rows as ``(batch [R], hs, he [R, PH], ws, we [R, PW])`` int64 bin
+    edges, and the pixels their bins read."""
+    loops = compiled("_roi_pooling_loops")
+
+    r, ctype = rois.shape[0], compute_dtype(rois.dtype)
+    geometry = (np.empty(r, np.int64), *(np.empty((r, p), np.int64) for p in (ph, ph, pw, pw)))
+    status, pixels = loops.region_geometry(np.ascontiguousarray(rois, ctype),
+                                           ctype.type(spatial_scale), n, h, w, *geometry)
+    if status == loops.GEOMETRY_OK:
+        return geometry, pixels
+    # an invalid row (check_regions raises its error) or corners beyond int64's exact range
+    scaled = check_regions(node, rois, n, spatial_scale)
+    x1, y1, x2, y2 = _rounded_corners(scaled)
+    hs, he = _bins(y1, y2, ph, h)
+    ws, we = _bins(x1, x2, pw, w)
+    pixels = float((np.maximum(he - hs, 0).sum(axis=1) * np.maximum(we - ws, 0).sum(axis=1)).sum())
+    return (np.trunc(rois[:, 0].astype(np.float64)).astype(np.int64), hs, he, ws, we), pixels
 
 
-def _python_regions(rois: np.ndarray, scaled: np.ndarray, h: int, w: int, ph: int,
-                    pw: int) -> list[Region]:
-    """The geometry of a few checked regions in exact Python integers, from their rows and
-    their corners times ``spatial_scale`` (:func:`check_regions`)."""
-    regions = []
-    for batch_id, corners in zip(rois[:, 0].tolist(), scaled.tolist()):
-        x1, y1, x2, y2 = (_round_half_away(v) for v in corners)
-        regions.append((math.trunc(batch_id), *_python_bins(y1, y2, ph, h),
-                        *_python_bins(x1, x2, pw, w)))
-    return regions
-
-
-def _round_half_away(v: float) -> int:
-    magnitude = abs(v)
-    whole = math.floor(magnitude)
-    whole += magnitude - whole >= 0.5  # exact in floating point
-    return int(whole) if v >= 0 else -int(whole)
-
-
-def _python_bins(lo: int, hi: int, pooled: int, limit: int) -> tuple[list[int], list[int]]:
-    """:func:`_bins` of one region in Python integers."""
-    size = max(hi - lo + 1, 1)
-    starts = [min(max(p * size // pooled + lo, 0), limit) for p in range(pooled)]
-    ends = [min(max(((p + 1) * size + pooled - 1) // pooled + lo, 0), limit)
-            for p in range(pooled)]
-    return starts, ends
-
-
-def _gathered(region: Region) -> int:
-    """Pixels one gather reads for a region: bins times the largest bin."""
-    _, hs, he, ws, we = region
-    height = max(max(e - s for s, e in zip(hs, he)), 1)
-    width = max(max(e - s for s, e in zip(ws, we)), 1)
-    return len(hs) * len(ws) * height * width
-
-
-def _pool_by_gather(X: np.ndarray, regions: list[Region], ph: int, pw: int) -> np.ndarray:
-    """Each region's bins read by one gather (shorter bins repeat their last pixel)."""
-    n, c, h, w = X.shape
-    Y = np.empty((len(regions), c, ph, pw), X.dtype)
-    planes = X.reshape(n, c, h * w)
-    for i, (b, hs, he, ws, we) in enumerate(regions):
-        bins = [[y * w + x for y in range(ys, ye) for x in range(xs, xe)]
-                for ys, ye in zip(hs, he) for xs, xe in zip(ws, we)]
-        size = max(1, *(len(pixels) for pixels in bins))
-        empty = [not pixels for pixels in bins]
-        index = [pixels + pixels[-1:] * (size - len(pixels)) if pixels else [0] * size
-                 for pixels in bins]
-        values = planes[b][:, index].max(axis=2)  # [C, PH * PW]
-        if any(empty):
-            values[:, empty] = 0
-        Y[i] = values.reshape(c, ph, pw)
-    return Y
-
-
-# ----------------------------------------------------------------------- many regions: vectorised
+# ------------------------------------------------------------------- the exact geometry path
 def _number(value: float) -> int | float:
     """A float as the error message shows it: integral values without a trailing ``.0``."""
     value = float(value)
@@ -256,18 +205,16 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
             np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
-def _pool(X: np.ndarray, ctype: np.dtype, batch: np.ndarray, hs: np.ndarray, he: np.ndarray,
-          ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+def _pool(X: np.ndarray, ctype: np.dtype, geometry: tuple[np.ndarray, ...], work: float
+          ) -> np.ndarray:
     """The bin maxima ``[R, C, PH, PW]`` in ``ctype``, by the compiled loop over a
     channels-last copy of X (each pixel's ``C`` values contiguous), regions split over
-    threads."""
-    from custom_ops import _roi_pooling_loops as loops  # compiled on first use
+    threads; ``work``: the values the bins read."""
+    loops = compiled("_roi_pooling_loops")
 
-    r, ph_count = hs.shape
-    Y = np.empty((r, X.shape[1], ph_count, ws.shape[1]), ctype)
-    work = float((np.maximum(he - hs, 0).sum(axis=1) * np.maximum(we - ws, 0).sum(axis=1)).sum()
-                 ) * X.shape[1]
+    batch, hs, he, ws, we = geometry
+    Y = np.empty((batch.size, X.shape[1], hs.shape[1], ws.shape[1]), ctype)
     source = channels_last(X, ctype)
-    run_parallel([functools.partial(loops.pool_regions, source, batch, hs, he, ws, we, part, Y)
-                  for part in interleaved(r, work)])
+    run_parallel([functools.partial(loops.pool_regions, source, *geometry, part, Y)
+                  for part in interleaved(batch.size, work)])
     return Y

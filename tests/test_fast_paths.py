@@ -1,6 +1,6 @@
-"""The kernels' alternative paths agree: gathers for small inputs and strided or chunked work
-for large ones, chunk sizes and thread counts, Python geometry for a few regions and vectorised
-geometry for many. Each path is forced by setting the size that selects it."""
+"""The kernels' alternative paths agree: gathers for small inputs and strided work for large
+ones, chunk sizes and thread counts, compiled and exact ROI geometry. Each path is forced by
+setting the size that selects it, or by an input that needs it."""
 
 from __future__ import annotations
 
@@ -108,39 +108,35 @@ def _rois(rng, count, n, size):
     return np.concatenate([rng.integers(0, n, (count, 1)), corners], axis=1)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+HUGE_ROW = [0, -1e13, 2, 3, 4]  # a corner beyond int64's exact range: the exact path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("pooled", [(1, 1), (2, 3), (4, 4)])
 @pytest.mark.parametrize("scale", [1.0, 0.5, 1 / 3])
-def test_roi_pooling_python_and_vectorised_geometry_agree(dtype, pooled, scale, monkeypatch):
+@pytest.mark.parametrize("count", [1, 3, 40])
+def test_roi_pooling_compiled_and_exact_geometry_agree(dtype, pooled, scale, count):
+    """One row beyond the compiled geometry's range sends all rows down the exact path."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 9, 7)).astype(dtype)
     x[0, 1, 2, 3] = np.nan
-    for count in range(1, roi_module.SMALL_ROIS + 1):
-        rois = _rois(rng, count, 2, 9).astype(dtype)
-        few = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
-        monkeypatch.setattr(roi_module, "_SMALL_GATHER", 0)  # Python geometry, vectorised pool
-        pooled_apart = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
-        monkeypatch.setattr(roi_module, "SMALL_ROIS", 0)  # vectorised geometry
-        many = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
-        monkeypatch.undo()
-        np.testing.assert_array_equal(few, many)
-        np.testing.assert_array_equal(pooled_apart, many)
+    rois = _rois(rng, count, 2, 9).astype(dtype)
+    compiled = roi_module.roi_pooling(x, rois, pooled_size=pooled, spatial_scale=scale)
+    exact = roi_module.roi_pooling(x, np.concatenate([rois, [HUGE_ROW]]).astype(dtype),
+                                   pooled_size=pooled, spatial_scale=scale)
+    np.testing.assert_array_equal(compiled, exact[:count])
 
 
 @pytest.mark.parametrize("row, field", [
     ([np.nan, 0, 0, 1, 1], "rois[1] batch index"), ([2, 0, 0, 1, 1], "rois[1] batch index"),
     ([-0.5, 0, np.inf, 1, 1], "rois[1] y1"), ([0, 0, 0, 3e38, 1], "rois[1] x2"),
 ])
-def test_roi_pooling_python_and_vectorised_geometry_raise_alike(row, field, monkeypatch):
+def test_roi_pooling_invalid_rows_raise_on_either_path(row, field):
     x = np.zeros((2, 1, 4, 4), np.float32)
-    rois = np.array([[0, 0, 0, 1, 1], row], np.float32)
-    errors = []
-    for small in (roi_module.SMALL_ROIS, 0):
-        monkeypatch.setattr(roi_module, "SMALL_ROIS", small)
-        with pytest.raises(KernelError) as info:
-            roi_module.roi_pooling(x, rois, pooled_size=(2, 2), spatial_scale=4.0)
-        errors.append(str(info.value))
-    assert field in errors[0] and errors[0] == errors[1]
+    for rows in ([[0, 0, 0, 1, 1], row], [[0, 0, 0, 1, 1], row, HUGE_ROW]):
+        with pytest.raises(KernelError, match=field.replace("[", r"\[")):
+            roi_module.roi_pooling(x, np.array(rows, np.float32), pooled_size=(2, 2),
+                                   spatial_scale=4.0)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
