@@ -40,18 +40,11 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
                         inside = False
                         break
                     start += p * pitch[d]
-                if inside:
-                    source = x[line * last_blocks + lo:line * last_blocks + hi]
+                if inside:  # unsigned indices: no negative-index wrap, vector instructions
+                    source = line * last_blocks + lo
                     if last_stride == 1:
-                        _add(y[start:start + hi - lo], source)
+                        for i in range(hi - lo):
+                            y[np.uint64(start + i)] += x[np.uint64(source + i)]
                     else:
-                        _add(y[start:start + (hi - lo - 1) * last_stride + 1:last_stride],
-                             source)
-
-
-@jit
-def _add(target, source):
-    """``target += source``; unsigned indices spare the negative-index wrap, so the contiguous
-    form compiles to vector instructions."""
-    for i in range(source.size):
-        target[np.uint64(i)] += source[np.uint64(i)]
+                        for i in range(hi - lo):
+                            y[np.uint64(start + i * last_stride)] += x[np.uint64(source + i)]
