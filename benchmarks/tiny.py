@@ -5,9 +5,11 @@
 Per tiny row of ``benchmarks/run.py``, in microseconds per call (best of several loops):
 
 - **native**: the row's first peer (onnxruntime's own kernel on the standard form);
-- **Python floor**: a session whose one node is a Python operator that returns its first input
-  unchanged, on the same inputs: what onnxruntime and onnxruntime-extensions cost to reach
-  Python and back, before any kernel work;
+- **Python floor**: a session whose one node is a Python operator that returns its one-value
+  input unchanged: what onnxruntime and onnxruntime-extensions cost to reach Python and back,
+  before any kernel work (one value, because ``dml_onnx.InferenceSession`` hands graph inputs
+  and outputs to the kernels directly, while onnxruntime-extensions copies a Python
+  operator's inputs and outputs value by value: 576 values add some 20-40 us);
 - **kernel**: our kernel called directly from Python on the same inputs (checks, plan, loops);
 - **session**: ``dml_onnx.InferenceSession.run`` of the row's model;
 - **rest**: session - floor - kernel, what our binding adds (feeds, attribute lookup, outputs).
@@ -56,9 +58,10 @@ def per_call(call: Callable[[], object]) -> float:
     return best * 1e6
 
 
-def floor_session(x: np.ndarray) -> Callable[[], object]:
-    """A session of one Python operator returning its float input: the cost of reaching
-    Python from onnxruntime and back."""
+def floor_session() -> Callable[[], object]:
+    """A session of one Python operator returning its one-value float input: the cost of
+    reaching Python from onnxruntime and back."""
+    x = np.zeros(1, np.float32)
     node = helper.make_node("PassThrough", ["x"], ["y"], domain="ai.onnx.contrib")
     value = helper.make_tensor_value_info
     model = helper.make_model(
@@ -97,7 +100,7 @@ def main() -> None:
                 else row.peers[0])
         native_call = peer.make()
         native = per_call(native_call) if native_call else float("nan")
-        floor = per_call(floor_session(next(a for a in row.inputs if a is not None)))
+        floor = per_call(floor_session())
         kernel = per_call(kernel_call(row))
         ours = per_call(lambda: session.run(None, feeds))  # noqa: B023 - called at once
         print(f"| {row.name} vs {peer.label} | {native:.1f} | {floor:.1f} | {kernel:.1f} | "
