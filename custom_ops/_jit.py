@@ -9,5 +9,13 @@ call: importing the package does not import numba (about half a second).
 from __future__ import annotations
 
 import numba
+from numba.core.registry import cpu_target
 
 jit = numba.njit(nogil=True, cache=True, error_model="numpy")
+
+# numba finishes setting itself up (type registries, extension entry points) on its first
+# compilation or cache load; an interrupt in the middle of that breaks it for the process
+# ("duplicate registration"). Done here, it is part of the import, which runs on a helper
+# thread that signals do not interrupt (custom_ops._common.compiled).
+cpu_target.typing_context.refresh()
+cpu_target.target_context.refresh()

@@ -16,6 +16,8 @@ import onnx
 
 from dml_onnx import conformance, docs, probes
 from dml_onnx.check import check_model
+from dml_onnx.definition import DOMAIN
+from dml_onnx.form import NotEquivalent
 from dml_onnx.graphs import load_model
 from dml_onnx.raising import raise_model
 from dml_onnx.standard import lower_model
@@ -90,7 +92,26 @@ def _check(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem)
     print(f"{args.model}: {len(problems)} problem(s)")
+    if not problems:
+        model = load_model(args.model)
+        if all(node.domain != DOMAIN for node in model.graph.node):
+            _raisable(model, args.model)
     return 1 if problems else 0
+
+
+def _raisable(model: onnx.ModelProto, path: Path) -> None:
+    """For a model without ``dml_onnx`` nodes: what ``dml-onnx raise`` would do with it."""
+    try:
+        result = raise_model(model, functions=False)
+    except NotEquivalent as error:
+        print(f"{path} has no dml_onnx nodes; dml-onnx raise cannot convert it: {error}")
+        return
+    print(f"{path} has no dml_onnx nodes; dml-onnx raise would convert "
+          f"{len(result.raised)} and keep {len(result.kept)}:")
+    for name in result.raised:
+        print(f"  would raise {name}")
+    for name, reason in result.kept.items():
+        print(f"  would keep {name}: {reason}")
 
 
 def _operators(args: argparse.Namespace) -> int:
@@ -148,8 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     raising.add_argument("input", type=Path)
     raising.add_argument("output", type=Path)
     raising.add_argument("--positive-rois", action="store_true",
-                         help="every RoiAlign ROI has a positive width and height (makes "
-                              "sampling_ratio 0 exact)")
+                         help="every RoiAlign ROI has a positive width and height (a "
+                              "sampling_ratio 0 RoiAlign then needs no Where zeroing the "
+                              "empty and inverted ones)")
     raising.add_argument("--no-functions", action="store_true",
                          help="leave out the standard-op functions of the new nodes")
     raising.set_defaults(handler=_raise)

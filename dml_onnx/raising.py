@@ -1,12 +1,15 @@
 """Raising: standard ``MaxRoiPool``, ``RoiAlign``, ``LpPool`` and ``Col2Im`` nodes into the
 ``dml_onnx`` node that computes exactly the same, wherever one does.
 
-A node is raised only when the two agree for every input: ``RoiAlign`` with ``mode="max"``
-(the max of weighted corner terms), ``output_half_pixel`` (the ROI size clamped to 1) or
-``sampling_ratio=0`` (zero for empty or inverted ROIs) stays standard unless the caller
-vouches that every ROI has a positive width and height; ``LpPool`` with ``ceil_mode`` or
-``SAME`` padding and ``Col2Im`` with non-constant sizes stay standard too. Each node left
-standard comes with the reason.
+A node is raised only when the two agree for every input. Where ONNX does what no attribute
+of the ``dml_onnx`` operator does, the raised node comes with the few standard nodes that do it:
+``RoiAlign`` with ``output_half_pixel`` clamps each scaled ROI's width and height to at least 1
+(the raised node reads ROIs scaled and clamped by ``Mul``, ``Sub``, ``Max``, ``Add``), and with
+``sampling_ratio=0`` and ``half_pixel`` it gives 0 for an empty or inverted ROI (a ``Where``
+zeroes those outputs, unless the caller vouches that every ROI has a positive width and
+height). ``RoiAlign`` with ``mode="max"`` (the max of weighted corner terms), ``LpPool`` with
+``ceil_mode`` or ``SAME`` padding and ``Col2Im`` with non-constant sizes stay standard. Each
+node left standard comes with the reason.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from dml_onnx.definition import (
     element_type,
     node_label,
 )
-from dml_onnx.form import op_version
+from dml_onnx.form import StandardNode, op_version
 from dml_onnx.graphs import check_structure, element_types
 from dml_onnx.ops import OPERATORS_BY_NAME
-from dml_onnx.standard import default_opset, with_functions
+from dml_onnx.standard import default_opset, prefix_for, with_functions
 
 
 class _Kept(Exception):
@@ -55,6 +58,8 @@ class _Node:
     attributes: dict[str, Any]
     constants: dict[str, Any]
     types: dict[str, int]
+    opset: int
+    prefix: str  # of the names of the standard nodes a rule adds
 
     def get(self, name: str, default: Any) -> Any:
         return self.attributes.get(name, default)
@@ -68,34 +73,82 @@ class _Node:
         self.require(name in self.constants, f"{what} is not a constant")
         return [int(v) for v in self.constants[name].ravel()]
 
+    def emitter(self, part: str) -> StandardNode:
+        """Where a rule writes standard nodes (``part``: ``"before"`` or ``"after"`` the
+        raised node), their names starting with this node's prefix."""
+        return StandardNode(node_label(self.proto), list(self.proto.input),
+                            list(self.proto.output), self.attributes,
+                            [self.types.get(name) for name in self.proto.input], self.opset,
+                            f"{self.prefix}{part}")
 
-def _max_roi_pool(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
-    return "RoiPooling", list(node.proto.input), {
+
+@dataclass
+class _Raise:
+    """What a rule makes of a standard node: the ``dml_onnx`` node (op type, inputs,
+    attributes; ``outputs`` when standard nodes ``after`` it finish the node's outputs), and
+    the standard nodes that compute its inputs (``before``)."""
+
+    op_type: str
+    inputs: list[str]
+    attributes: dict[str, Any]
+    before: list[onnx.NodeProto] = field(default_factory=list)
+    outputs: list[str] | None = None
+    after: list[onnx.NodeProto] = field(default_factory=list)
+
+
+def _max_roi_pool(node: _Node, positive_rois: bool) -> _Raise:
+    return _Raise("RoiPooling", list(node.proto.input), {
         "pooled_size": node.get("pooled_shape", None),
-        "spatial_scale": node.get("spatial_scale", 1.0)}
+        "spatial_scale": node.get("spatial_scale", 1.0)})
 
 
-def _roi_align(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+def _roi_align(node: _Node, positive_rois: bool) -> _Raise:
     node.require(node.version >= 16, f"RoiAlign-{node.version} has no half_pixel mode")
     mode = node.get("mode", "avg")
     node.require(mode == "avg", f"mode {mode!r}: onnx takes the max of weighted corner "
                                 "terms, not of the samples")
     transform = node.get("coordinate_transformation_mode", "half_pixel")
-    node.require(transform == "half_pixel",
-                 f"coordinate_transformation_mode {transform!r} clamps the ROI size to 1")
+    node.require(transform in ("half_pixel", "output_half_pixel"),
+                 f"coordinate_transformation_mode {transform!r} is not an onnx mode")
+    image, rois, batch = node.proto.input
+    elem = node.types.get(rois)
+    node.require(elem is not None, "the element type of the ROIs is unknown")
     ratio = node.get("sampling_ratio", 0)
-    node.require(ratio > 0 or positive_rois,
-                 "sampling_ratio 0 gives 0 for empty or inverted ROIs (raise with "
-                 "positive ROIs assumed to convert it)")
     scale = node.get("spatial_scale", 1.0)
     minimum, maximum = (ratio, ratio) if ratio > 0 else (1, UINT32_MAX)
-    return "RoiAlign1", list(node.proto.input), {
-        "output_size": [node.get("output_height", 1), node.get("output_width", 1)],
-        "spatial_scale_x": scale, "spatial_scale_y": scale,
-        "minimum_samples_per_output": minimum, "maximum_samples_per_output": maximum}
+    attributes = {"output_size": [node.get("output_height", 1), node.get("output_width", 1)],
+                  "spatial_scale_x": scale, "spatial_scale_y": scale,
+                  "minimum_samples_per_output": minimum, "maximum_samples_per_output": maximum}
+    before = node.emitter("before")
+    scaled = before.op("Mul", rois, before.constant(scale, elem))  # as onnx scales, in T
+    starts, ends = (before.op("Slice", scaled, before.constant([first]),
+                              before.constant([first + 2]), before.constant([1]))
+                    for first in (0, 2))
+    if transform == "output_half_pixel":
+        # onnx: width and height max(end - start, 1), from the unshifted start
+        sizes = before.op("Max", before.op("Sub", ends, starts), before.constant(1.0, elem))
+        clamped = before.op("Concat", starts, before.op("Add", starts, sizes), axis=1)
+        return _Raise("RoiAlign1", [image, clamped, batch], attributes | {
+            "spatial_scale_x": 1.0, "spatial_scale_y": 1.0, "input_pixel_offset": 0.0},
+            before=before.nodes)
+    if ratio > 0 or positive_rois:
+        return _Raise("RoiAlign1", list(node.proto.input), attributes)
+    # sampling_ratio 0: onnx takes ceil(size / output size) samples per bin, none (output 0)
+    # for a width or height <= 0, which RoiAlign1 still samples once: zero those outputs.
+    half = before.constant(0.5, elem)
+    sizes = before.op("Sub", before.op("Sub", ends, half), before.op("Sub", starts, half))
+    sampled = before.op("Greater", before.reduce("ReduceMin", sizes, [1]),
+                        before.constant(0.0, elem))
+    mask = before.op("Reshape", sampled, before.constant([-1, 1, 1, 1]))
+    after = node.emitter("after")
+    aligned = after.fresh("aligned")
+    after.op("Where", mask, aligned, after.constant(0.0, elem),
+             outputs=list(node.proto.output))
+    return _Raise("RoiAlign1", list(node.proto.input), attributes, before=before.nodes,
+                  outputs=[aligned], after=after.nodes)
 
 
-def _lp_pool(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+def _lp_pool(node: _Node, positive_rois: bool) -> _Raise:
     node.require(node.version >= 11, f"LpPool-{node.version} is not raised")
     auto_pad = node.get("auto_pad", "NOTSET")
     node.require(auto_pad in ("NOTSET", "VALID"), f"auto_pad {auto_pad!r} depends on sizes")
@@ -103,28 +156,27 @@ def _lp_pool(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
     window = node.get("kernel_shape", [])
     k = len(window)
     pads = [0] * (2 * k) if auto_pad == "VALID" else node.get("pads", [0] * (2 * k))
-    return "LpPooling", list(node.proto.input), {
+    return _Raise("LpPooling", list(node.proto.input), {
         "window_size": window, "strides": node.get("strides", [1] * k),
         "dilations": node.get("dilations", [1] * k), "start_padding": pads[:k],
-        "end_padding": pads[k:], "p": node.get("p", 2)}
+        "end_padding": pads[k:], "p": node.get("p", 2)})
 
 
-def _col2im(node: _Node, positive_rois: bool) -> tuple[str, list[str], dict]:
+def _col2im(node: _Node, positive_rois: bool) -> _Raise:
     output_size = node.constant(1, "image_shape")
     window = node.constant(2, "block_shape")
     k = len(window)
     pads = node.get("pads", [0] * (2 * k))
-    return "Fold", [node.proto.input[0]], {
+    return _Raise("Fold", [node.proto.input[0]], {
         "window_sizes": window, "output_size": output_size,
         "strides": node.get("strides", [1] * k), "dilations": node.get("dilations", [1] * k),
-        "start_padding": pads[:k], "end_padding": pads[k:]}
+        "start_padding": pads[:k], "end_padding": pads[k:]})
 
 
-RULES: dict[str, Callable[[_Node, bool], tuple[str, list[str], dict]]] = {
+RULES: dict[str, Callable[[_Node, bool], _Raise]] = {
     "MaxRoiPool": _max_roi_pool, "RoiAlign": _roi_align, "LpPool": _lp_pool,
     "Col2Im": _col2im}
-"""Standard op type -> the rule giving (dml_onnx op type, inputs, attributes) or raising
-:class:`_Kept`."""
+"""Standard op type -> the rule giving its :class:`_Raise` or raising :class:`_Kept`."""
 
 
 def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
@@ -144,24 +196,26 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute \
                 and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    base = prefix_for(model, "_dml_onnx_raise")
     result = Raised(onnx.ModelProto())
     result.model.CopyFrom(model)
     del result.model.graph.node[:]
-    for node in model.graph.node:
+    for index, node in enumerate(model.graph.node):
         rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if rule is None:
             result.model.graph.node.append(node)
             continue
         label = node_label(node)
         view = _Node(node, op_version(node.op_type, opset),
-                     {a.name: attribute_value(a) for a in node.attribute}, constants, types)
+                     {a.name: attribute_value(a) for a in node.attribute}, constants, types,
+                     opset, f"{base}{index}_")
         try:
-            raised = _raised_node(view, rule, positive_rois)
+            raised = _raised_nodes(view, rule, positive_rois)
         except _Kept as reason:
             result.kept[label] = str(reason)
             result.model.graph.node.append(node)
             continue
-        result.model.graph.node.append(raised)
+        result.model.graph.node.extend(raised)
         result.raised.append(label)
     if result.raised:
         _prune_constants(result.model, {name for node in model.graph.node
@@ -174,20 +228,23 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     return result
 
 
-def _raised_node(view: _Node, rule: Callable[[_Node, bool], tuple[str, list[str], dict]],
-                 positive_rois: bool) -> onnx.NodeProto:
-    op_type, inputs, attributes = rule(view, positive_rois)
-    definition = OPERATORS_BY_NAME[op_type]
+def _raised_nodes(view: _Node, rule: Callable[[_Node, bool], _Raise],
+                  positive_rois: bool) -> list[onnx.NodeProto]:
+    raised = rule(view, positive_rois)
+    definition = OPERATORS_BY_NAME[raised.op_type]
     allowed = {element_type(t) for t in definition.type_constraints["T"]}
     elem = view.types.get(view.proto.input[0])
     view.require(elem in allowed, "element type "
                  f"{onnx.TensorProto.DataType.Name(elem) if elem else 'unknown'} is not one "
-                 f"{op_type} takes")
+                 f"{raised.op_type} takes")
     try:
-        return definition.make_node(inputs, list(view.proto.output),
-                                    name=view.proto.name or None, **attributes)
+        node = definition.make_node(raised.inputs, raised.outputs or list(view.proto.output),
+                                    name=view.proto.name or None, **raised.attributes)
     except (TypeError, ValueError) as error:
-        raise _Kept(f"attributes outside {op_type}'s range: {error}") from None
+        raise _Kept(f"attributes outside {raised.op_type}'s range: {error}") from None
+    for k, helper_node in enumerate(raised.before + raised.after):
+        helper_node.name = f"{view.prefix}{k}"
+    return [*raised.before, node, *raised.after]
 
 
 def _prune_constants(model: onnx.ModelProto, freed: set[str]) -> None:

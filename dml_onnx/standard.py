@@ -53,7 +53,7 @@ def standard_nodes(definition: OpDefinition, node: onnx.NodeProto, types: dict[s
     return view.nodes
 
 
-def _prefix_for(model: onnx.ModelProto, base: str) -> str:
+def prefix_for(model: onnx.ModelProto, base: str) -> str:
     """``base``, lengthened until no name in the graph starts with it."""
     names = {n for node in model.graph.node for n in (*node.input, *node.output, node.name)}
     names |= {v.name for v in (*model.graph.input, *model.graph.initializer)}
@@ -74,7 +74,7 @@ def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelPro
     check_structure(model, "the standard forms")
     opset = default_opset(model)
     types = element_types(model)
-    base = _prefix_for(model, "_dml_onnx")
+    base = prefix_for(model, "_dml_onnx")
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import dml_onnx
 from dml_onnx.raising import raise_model
@@ -111,9 +113,6 @@ def test_raise_rewrites_every_exactly_equivalent_node_and_keeps_the_outputs():
 
 @pytest.mark.parametrize(("variation", "node", "reason"), [
     ({"roi_align": {"mode": "max"}}, "align", "weighted corner"),
-    ({"roi_align": {"coordinate_transformation_mode": "output_half_pixel"}}, "align",
-     "clamps the ROI size"),
-    ({"roi_align": {"sampling_ratio": 0}}, "align", "empty or inverted ROIs"),
     ({"lp_pool": {"ceil_mode": 1}}, "lp", "ceil_mode"),
     ({"lp_pool": {"auto_pad": "SAME_UPPER", "pads": None}}, "lp", "depends on sizes"),
     ({"lp_pool": {"p": 0}}, "lp", "p 0"),
@@ -149,6 +148,57 @@ def test_raise_with_positive_rois_takes_adaptive_sampling():
     assert attributes["maximum_samples_per_output"] == 4294967295
     _assert_same(dml_onnx.InferenceSession(result.model).run(None, _feeds(model)),
                  _plain(model))
+
+
+# ROIs under one pixel, empty, inverted, partly outside, and plain ones (spatial scale 0.5)
+SMALL_ROIS = np.array([[3, 3, 3.8, 3.5], [5, 5, 5, 5], [9, 2, 4, 7], [2.2, 6, 2.2, 14],
+                       [-3, -2, 4, 5], [0, 0, 22, 22], [10, 10, 10.4, 30], [7, 8, 1, 1]],
+                      np.float32)
+
+
+def _roi_align_model(**attributes: Any) -> onnx.ModelProto:
+    node = helper.make_node("RoiAlign", ["image", "boxes", "box_batch"], ["aligned"],
+                            name="align", output_height=3, output_width=2, spatial_scale=0.5,
+                            **attributes)
+    graph = helper.make_graph([node], "align", [
+        _value("image", TensorProto.FLOAT, [2, 3, 12, 12]),
+        _value("boxes", TensorProto.FLOAT, ["R", 4]),
+        _value("box_batch", TensorProto.INT64, ["R"])],
+        [_value("aligned", TensorProto.FLOAT, ["R", 3, 3, 2])])
+    return helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
+                             opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize("ratio", [0, 1, 2])
+def test_raise_converts_every_roi_align_mode_of_avg_exactly(transform, ratio):
+    """output_half_pixel (sizes clamped to 1) and sampling_ratio 0 (no sample for an empty or
+    inverted ROI) come with the standard nodes that do what RoiAlign1 does not, so the
+    outputs stay onnxruntime's for ROIs under one pixel, empty and inverted ones too."""
+    model = _roi_align_model(coordinate_transformation_mode=transform, sampling_ratio=ratio)
+    result = raise_model(model)
+    assert result.raised == ["align"] and result.kept == {}
+    assert _op_types(result.model).count("RoiAlign1") == 1
+    assert "RoiAlign" not in _op_types(result.model)
+    dml_onnx.register_schemas()
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = {"image": FEEDS["image"], "boxes": SMALL_ROIS,
+             "box_batch": np.arange(len(SMALL_ROIS)) % 2}
+    # the oracle: onnx's reference RoiAlign, which equals onnxruntime's bit for bit wherever
+    # onnxruntime runs; onnxruntime's CPU kernel fails ("Integer overflow") on a ROI inverted
+    # along one axis only with sampling_ratio 0 and half_pixel (row 2)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    if ratio == 0 and transform == "half_pixel":  # the empty and inverted ROIs give 0 there
+        assert not want[0][[1, 2, 3, 7]].any() and want[0][[0, 4, 5, 6]].all()
+    _assert_same(dml_onnx.InferenceSession(result.model).run(None, feeds), want)
+    runs = [0, 1, 3, 4, 5, 6, 7] if ratio == 0 and transform == "half_pixel" else slice(None)
+    rows = {"image": feeds["image"], "boxes": SMALL_ROIS[runs],
+            "box_batch": feeds["box_batch"][runs]}
+    native = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _assert_same(native.run(None, rows), [want[0][runs]])
+    _assert_same(ort.InferenceSession(result.model.SerializeToString(),
+                                      providers=["CPUExecutionProvider"]).run(None, rows),
+                 [want[0][runs]])
 
 
 def test_raise_leaves_old_roi_align_and_other_element_types():
@@ -266,6 +316,20 @@ def test_cli_raise_then_lower(tmp_path):
     model = onnx.load(lowered)
     assert not {"LpPool", "MaxRoiPool", "Col2Im"} & set(_op_types(model))
     _assert_same(_plain(model), _plain(onnx.load(source)))
+
+
+def test_cli_check_of_a_standard_model_lists_what_raise_would_convert(tmp_path):
+    source = tmp_path / "standard.onnx"
+    onnx.save(_standard_model(roi_align={"mode": "max"}), source)
+    result = _cli("check", str(source))
+    assert result.returncode == 0, result.stderr
+    assert "0 problem(s)" in result.stdout
+    assert "has no dml_onnx nodes; dml-onnx raise would convert 3 and keep 1" in result.stdout
+    assert "would raise col2im" in result.stdout
+    assert "would keep align: mode 'max'" in result.stdout
+    onnx.save(_dml_model(), source)  # a dml_onnx model: nothing about raising
+    result = _cli("check", str(source))
+    assert result.returncode == 0 and "raise" not in result.stdout
 
 
 def test_cli_reports_a_model_it_cannot_convert(tmp_path):
