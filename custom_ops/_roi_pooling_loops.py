@@ -91,3 +91,27 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, Y):
                                 acc[c] = v
                 for c in range(channels):
                     Y[r, c, i, j] = acc[c]
+
+
+@jit
+def argmax_regions(Xt, batch, hs, he, ws, we, Y):
+    """Like :func:`pool_regions`, but ``Y[r, c, i, j]`` is the flat position in
+    ``X [N, C, H, W]`` of the value the bin's maximum took (the first maximum in row-major
+    order, a later NaN over anything), -1 for an empty bin."""
+    _, height, width, channels = Xt.shape
+    _, _, ph, pw = Y.shape
+    best = np.empty(channels, Xt.dtype)
+    for r in range(batch.size):
+        b = batch[r]
+        for i in range(ph):
+            for j in range(pw):
+                for c in range(channels):
+                    Y[r, c, i, j] = -1
+                    best[c] = -np.inf
+                for y in range(hs[r, i], he[r, i]):
+                    for x in range(ws[r, j], we[r, j]):
+                        for c in range(channels):
+                            v = Xt[b, y, x, c]
+                            if v > best[c] or v != v or Y[r, c, i, j] < 0:
+                                best[c] = v
+                                Y[r, c, i, j] = ((b * channels + c) * height + y) * width + x

@@ -146,6 +146,26 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
     return _pool(X, ctype, geometry, pixels * c).astype(X.dtype, copy=False)
 
 
+def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
+                       spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
+    """Where each bin's maximum came from: ``[R, C, PH, PW]`` int64 flat positions in ``X``
+    (-1 for an empty bin), the same bins and tie rule as :func:`roi_pooling` (its gradient
+    goes to these positions)."""
+    ph_count, pw_count = _attributes(node, tuple(np.ravel(pooled_size).tolist()),
+                                     float(spatial_scale))
+    X = np.asarray(X)
+    rois = check_inputs(node, X, np.asarray(rois))
+    n, c, h, w = X.shape
+    check_memory(OP, node, "output positions", (rois.shape[0], c, ph_count, pw_count),
+                 np.int64)
+    geometry, _ = _geometry(node, rois, n, h, w, ph_count, pw_count, spatial_scale)
+    positions = np.full((rois.shape[0], c, ph_count, pw_count), -1, np.int64)
+    if positions.size and h and w:
+        compiled("_roi_pooling_loops").argmax_regions(
+            channels_last(X, compute_dtype(X.dtype)), *geometry, positions)
+    return positions
+
+
 def _geometry(node: str, rois: np.ndarray, n: int, h: int, w: int, ph: int, pw: int,
               spatial_scale: float) -> tuple[tuple[np.ndarray, ...], float]:
     """Checked ``[R, 5]`` rows as ``(batch [R], hs, he [R, PH], ws, we [R, PW])`` int64 bin

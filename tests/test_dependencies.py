@@ -20,10 +20,11 @@ PRIVATE = ("_ocos", "_sess", "install_hooker", "_on_pyop_invocation")
 
 
 def _requirements() -> dict[str, str]:
-    """Every requirement of the project and its test extra: name -> version specifier."""
+    """Every requirement of the project and its extras: name -> version specifier."""
     project = PYPROJECT["project"]
     found = {}
-    for line in (*project["dependencies"], *project["optional-dependencies"]["test"]):
+    extras = project["optional-dependencies"]
+    for line in (*project["dependencies"], *(line for e in extras.values() for line in e)):
         name, specifier = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(.*)", line).groups()
         found[name.lower()] = specifier.replace(" ", "")
     return found

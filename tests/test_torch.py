@@ -1,0 +1,168 @@
+"""dml_onnx.torch (the ``torch`` extra): every operator as a torch custom operator, equal to the
+kernels, differentiable (checked by finite differences in float64), and usable under
+``torch.compile`` and ``torch.export``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import dml_onnx.torch as dt
+from dml_onnx.ops import OPERATORS
+from dml_onnx.torch._ops import OPS
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATOR = torch.Generator().manual_seed(7)
+
+
+def _random(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64, generator=GENERATOR)
+
+
+def _boxes(count: int, size: float) -> torch.Tensor:
+    """Random corners (some regions inverted, some partly outside): sample positions land on
+    whole pixels with probability 0, where the bilinear map has kinks."""
+    return torch.rand(count, 4, dtype=torch.float64, generator=GENERATOR) * (size + 2) - 1
+
+
+EXAMPLES = [pytest.param(d, e, id=f"{d.name}-{e.name}")
+            for d in OPERATORS for e in d.examples() if not e.error and all(e.outputs)]
+
+
+@pytest.mark.parametrize(("definition", "example"), EXAMPLES)
+def test_torch_operator_returns_what_the_kernel_returns(definition, example):
+    want = definition.run_kernel(list(example.inputs), {
+        a.name: example.attributes.get(a.name, a.kernel_default) for a in definition.attributes},
+        "torch", list(example.outputs))
+    tensors = [None if a is None else torch.from_numpy(np.ascontiguousarray(a))
+               for a in example.inputs]
+    values = [example.attributes.get(a.name, a.kernel_default) for a in definition.attributes]
+    got = OPS[definition.name](*tensors, *[list(v) if isinstance(v, (list, tuple)) else v
+                                           for v in values])
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.from_numpy(w).dtype
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+def test_public_functions_fill_the_specification_defaults_and_name_bad_attributes():
+    x = _random(1, 2, 6, 6)
+    assert dt.unfold(x, [3, 3]).shape == (1, 18, 16)
+    assert dt.fold(dt.unfold(x, [3, 3]), [3, 3], [6, 6]).shape == (1, 2, 6, 6)
+    assert dt.lp_pooling(x, [2, 2], strides=[2, 2]).shape == (1, 2, 3, 3)
+    assert dt.roi_align1(x, _boxes(3, 6), torch.zeros(3, dtype=torch.int64), [2, 2]).shape == \
+        (3, 2, 2, 2)
+    with pytest.raises(TypeError, match="LpPooling: unknown attribute 'stride'"):
+        dt.lp_pooling(x, [2, 2], stride=[2, 2])
+    with pytest.raises(ValueError, match="LpPooling 'torch.ops.dml_onnx.LpPooling': p 0"):
+        dt.lp_pooling(x, [2, 2], p=0)
+
+
+@pytest.mark.parametrize("reduction", ["average", "max"])
+@pytest.mark.parametrize("interpolation", ["linear", "nearest_neighbor"])
+@pytest.mark.parametrize("samples", [(2, 2), (1, 4)])
+def test_roi_align1_gradients_in_x_and_the_roi_corners(reduction, interpolation, samples):
+    x = _random(2, 3, 7, 8).requires_grad_()
+    rois = _boxes(5, 7).requires_grad_()
+    batch = torch.tensor([0, 1, 1, 0, 1])
+
+    def align(image: torch.Tensor, corners: torch.Tensor) -> torch.Tensor:
+        # sample counts change with the ROI size only between min and max: hold them fixed
+        count = samples[0] if samples[0] == samples[1] else 2
+        return dt.roi_align1(image, corners, batch, [2, 3], reduction_function=reduction,
+                             interpolation_mode=interpolation, spatial_scale_x=0.9,
+                             spatial_scale_y=1.1, minimum_samples_per_output=count,
+                             maximum_samples_per_output=count)
+    assert gradcheck(align, (x, rois))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pooling_gradient(p):
+    x = _random(2, 2, 5, 6).requires_grad_()
+    assert gradcheck(lambda t: dt.lp_pooling(t, [2, 3], strides=[1, 2], dilations=[2, 1],
+                                             start_padding=[1, 0], end_padding=[0, 1], p=p),
+                     (x,))
+
+
+def test_lp_pooling_gradient_is_zero_where_a_window_is_all_zero():
+    x = torch.zeros(1, 1, 3, 3, dtype=torch.float64, requires_grad=True)
+    dt.lp_pooling(x, [2, 2]).sum().backward()
+    assert not x.grad.any()
+
+
+def test_unfold_and_fold_gradients_are_each_other():
+    x = _random(2, 2, 5, 6).requires_grad_()
+    window = {"strides": [2, 1], "dilations": [1, 2], "start_padding": [1, 2],
+              "end_padding": [0, 1]}
+    assert gradcheck(lambda t: dt.unfold(t, [2, 3], **window), (x,))
+    columns = dt.unfold(x, [2, 3], **window).detach().requires_grad_()
+    assert gradcheck(lambda t: dt.fold(t, [2, 3], [5, 6], **window), (columns,))
+
+
+def test_roi_pooling_gradient_goes_to_each_bin_maximum():
+    x = _random(2, 3, 7, 8).requires_grad_()
+    rois = torch.tensor([[0, 0.2, 0.4, 5.1, 6.3], [1, 1, 2, 7, 4], [1, 6, 6, 2, 2],
+                         [0, 3, 3, 3, 3]], dtype=torch.float64)
+    assert gradcheck(lambda t: dt.roi_pooling(t, rois, [2, 3], 0.9), (x,))
+
+
+def test_compile_and_export_take_the_operators():
+    """The fake implementations give shapes, and autograd runs through torch.compile."""
+    class Head(torch.nn.Module):
+        def forward(self, image: torch.Tensor, rois: torch.Tensor,
+                    batch: torch.Tensor) -> torch.Tensor:
+            aligned = dt.roi_align1(image, rois, batch, [4, 4], minimum_samples_per_output=2,
+                                    maximum_samples_per_output=2)
+            pooled = dt.lp_pooling(aligned, [2, 2], p=2)
+            return dt.fold(dt.unfold(pooled, [2, 2]), [2, 2], [3, 3])
+
+    image, rois, batch = _random(2, 3, 9, 9).requires_grad_(), _boxes(4, 9), \
+        torch.tensor([0, 1, 0, 1])
+    eager = Head()(image, rois, batch)
+    compiled = torch.compile(Head(), backend="aot_eager", fullgraph=True)(image, rois, batch)
+    torch.testing.assert_close(compiled, eager)
+    (grad,) = torch.autograd.grad(compiled.sum(), image)
+    (want,) = torch.autograd.grad(eager.sum(), image)
+    torch.testing.assert_close(grad, want)
+    exported = torch.export.export(Head(), (image.detach(), rois, batch))
+    targets = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+    assert {"dml_onnx.RoiAlign1.default", "dml_onnx.LpPooling.default",
+            "dml_onnx.Unfold.default", "dml_onnx.Fold.default"} <= targets
+    torch.testing.assert_close(exported.module()(image.detach(), rois, batch), eager.detach())
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_without_torch_the_import_names_the_extra_and_the_rest_runs():
+    done = _python("import sys; sys.modules['torch'] = None\n"
+                   "try:\n    import dml_onnx.torch\nexcept ImportError as e:\n    print(e)")
+    assert "pip install 'dml-onnx[torch]'" in done.stdout, done.stderr
+    done = _python("import sys; sys.modules['torch'] = None\n"
+                   "import numpy as np, dml_onnx, dml_onnx.conformance\n"
+                   "from dml_onnx.ops import OPERATORS_BY_NAME\n"
+                   "model = dml_onnx.conformance.single_node_model(\n"
+                   "    OPERATORS_BY_NAME['Unfold'], (np.ones((1, 1, 3, 3), np.float32),),\n"
+                   "    {'window_sizes': [2, 2]}, (True,))\n"
+                   "print(dml_onnx.InferenceSession(model).run(None, {'X': np.ones((1, 1, 3, 3),"
+                   " np.float32)})[0].shape)")
+    assert done.stdout.strip() == "(1, 4, 4)", done.stderr
+
+
+def test_only_dml_onnx_torch_imports_torch():
+    import ast
+    for path in [*(ROOT / "dml_onnx").rglob("*.py"), *(ROOT / "custom_ops").rglob("*.py")]:
+        if "torch" in path.relative_to(ROOT).parts[1:2] or path.parent.name == "torch":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] in ("torch", "torchvision") for n in names), path
