@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from torch.autograd import gradcheck
+from torch.nn import functional
+from torchvision.ops import roi_align, roi_pool
 
 import dml_onnx.torch as dt
 from dml_onnx.ops import OPERATORS
@@ -166,3 +168,71 @@ def test_only_dml_onnx_torch_imports_torch():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] in ("torch", "torchvision") for n in names), path
+
+
+# ------------------------------------------------------------------------------ export
+class _Head(torch.nn.Module):
+    """torchvision's roi_align (aligned False with adaptive sampling, and True) and roi_pool,
+    F.fold of F.unfold, and dml_onnx.torch operators."""
+
+    def forward(self, image: torch.Tensor, boxes: torch.Tensor, rois: torch.Tensor,
+                batch: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loose = roi_align(image, boxes, [4, 4], spatial_scale=0.5, sampling_ratio=0,
+                          aligned=False)
+        aligned = roi_align(image, boxes, [3, 3], spatial_scale=0.5, sampling_ratio=2,
+                            aligned=True)
+        pooled = roi_pool(image, boxes, [2, 2], spatial_scale=1.0)
+        folded = functional.fold(functional.unfold(image, 3, padding=1), (8, 8), 3, padding=1)
+        ours = dt.lp_pooling(dt.roi_align1(image, rois, batch, [4, 4],
+                                           minimum_samples_per_output=2,
+                                           maximum_samples_per_output=2), [2, 2], p=2)
+        return loose, aligned, pooled, folded, ours
+
+
+def _head_inputs() -> tuple[torch.Tensor, ...]:
+    # boxes: plain, whole-image, and under one pixel (aligned=False widens it to one pixel);
+    # whole-pixel corners for roi_pool, whose floating-point bin edges can differ from the
+    # specification's integer ones for fractional corners
+    boxes = torch.tensor([[0, 1.0, 1, 6, 5], [1, 0, 0, 7, 7], [1, 3, 3, 3, 3]])
+    rois = _boxes(3, 8).float()
+    return torch.randn(2, 3, 8, 8, generator=GENERATOR), boxes, rois, torch.tensor([0, 1, 1])
+
+
+def test_export_writes_dml_onnx_nodes_that_compute_what_torch_computes(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    import dml_onnx
+    inputs = _head_inputs()
+    path = tmp_path / "head.onnx"
+    model = dt.export(_Head(), inputs, path)
+    assert onnx.load(path) == model
+    op_types = [n.op_type for n in model.graph.node]
+    assert op_types.count("RoiAlign1") == 3
+    assert {"RoiPooling", "Fold", "LpPooling"} <= set(op_types)
+    assert not {"RoiAlign", "MaxRoiPool", "Col2Im"} & set(op_types)
+    assert dml_onnx.check_model(model) == []
+    dml_onnx.register_schemas()
+    onnx.checker.check_model(model, full_check=True)
+    want = [t.numpy() for t in _Head()(*inputs)]
+    feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, inputs)}
+    for got in (dml_onnx.InferenceSession(model).run(None, feeds),
+                ort.InferenceSession(model.SerializeToString(),  # through the functions
+                                     providers=["CPUExecutionProvider"]).run(None, feeds)):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+class _Align(torch.nn.Module):
+    def forward(self, image: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        return roi_align(image, boxes, [2, 2], aligned=True)
+
+
+def test_export_needs_an_opset_with_the_standard_forms():
+    import dml_onnx
+    image, boxes, _, _ = _head_inputs()
+    with pytest.raises(dml_onnx.NotEquivalent, match="default opset >= 16"):
+        dt.export(_Align(), (image, boxes), opset=15)  # RoiAlign-10: no half_pixel mode
+    # adaptive sampling: a RoiAlign1, then a Where that zeroes empty and inverted boxes
+    op_types = [n.op_type for n in dt.export(_Align(), (image, boxes), opset=16).graph.node]
+    assert "RoiAlign" not in op_types and "RoiAlign1" in op_types and op_types[-1] == "Where"
