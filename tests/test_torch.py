@@ -236,3 +236,50 @@ def test_export_needs_an_opset_with_the_standard_forms():
     # adaptive sampling: a RoiAlign1, then a Where that zeroes empty and inverted boxes
     op_types = [n.op_type for n in dt.export(_Align(), (image, boxes), opset=16).graph.node]
     assert "RoiAlign" not in op_types and "RoiAlign1" in op_types and op_types[-1] == "Where"
+
+
+def _distinct_scores(model: torch.nn.Module) -> torch.nn.Module:
+    """Random weights give nearly tied class scores; spread them so that the detections'
+    order does not hang on rounding."""
+    predictor = model.roi_heads.box_predictor
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in (predictor.cls_score, predictor.bbox_pred):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator) * 0.01)
+            layer.bias.copy_(torch.randn(layer.bias.shape, generator=generator) * 0.5)
+    return model.eval()
+
+
+@pytest.mark.parametrize(("builder", "size"), [
+    ("fasterrcnn_mobilenet_v3_large_320_fpn", (3, 160, 200)),
+    ("maskrcnn_resnet50_fpn", (3, 128, 160))])
+def test_exported_torchvision_detector_detects_what_torch_detects(builder, size):
+    """Every RoiAlign of MultiScaleRoIAlign (aligned=False, sampling_ratio 2) and of the mask
+    head is raised; boxes, labels, scores (and masks) equal torch eager's."""
+    import torchvision
+
+    import dml_onnx
+    torch.manual_seed(0)
+    model = _distinct_scores(getattr(torchvision.models.detection, builder)(
+        weights=None, weights_backbone=None, num_classes=5, box_score_thresh=0.0,
+        min_size=size[1], max_size=size[2], box_detections_per_img=20))
+    image = torch.rand(*size, generator=torch.Generator().manual_seed(2))
+    exported = dt.export(model, ([image],))
+    op_types = [n.op_type for n in exported.graph.node]
+    assert "RoiAlign" not in op_types and op_types.count("RoiAlign1") >= 1
+    got = dml_onnx.InferenceSession(exported).run(None, {exported.graph.input[0].name:
+                                                          image.numpy()})
+    with torch.no_grad():
+        want = model([image])[0]
+    names = ["boxes", "labels", "scores", "masks"][:len(got)]
+    assert set(names) == set(want)
+    unmatched = list(range(len(want["scores"])))
+    assert len(got[0]) == len(unmatched) > 0
+    for i in range(len(got[0])):  # each detection pairs with one of torch's
+        match = next(j for j in unmatched
+                     if got[1][i] == want["labels"][j]
+                     and abs(got[2][i] - want["scores"][j]) < 1e-4
+                     and np.abs(got[0][i] - want["boxes"][j].numpy()).max() < 1e-2)
+        unmatched.remove(match)
+        if "masks" in want:
+            np.testing.assert_allclose(got[3][i], want["masks"][match].numpy(), atol=1e-2)
