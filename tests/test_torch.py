@@ -283,3 +283,31 @@ def test_exported_torchvision_detector_detects_what_torch_detects(builder, size)
         unmatched.remove(match)
         if "masks" in want:
             np.testing.assert_allclose(got[3][i], want["masks"][match].numpy(), atol=1e-2)
+
+
+class _Pools(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.even = torch.nn.LPPool2d(2, 3, stride=2)
+        self.odd = torch.nn.LPPool2d(3, 2)
+
+    def forward(self, image: torch.Tensor, line: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.even(image), self.odd(image), functional.lp_pool1d(line, 4, 2),
+                functional.unfold(image, (2, 3), dilation=(1, 2), padding=(1, 0),
+                                  stride=(2, 1)))
+
+
+def test_export_writes_unfold_and_even_lp_pools_as_dml_onnx_nodes():
+    import dml_onnx
+    image, line = torch.randn(2, 3, 9, 8, generator=GENERATOR), torch.randn(2, 3, 10)
+    lp_pool2d = functional.lp_pool2d
+    with pytest.warns(UserWarning, match=r"lp_pool2d stays as torch writes it: norm_type 3"):
+        model = dt.export(_Pools(), (image, line))
+    assert functional.lp_pool2d is lp_pool2d  # torch's own again after the export
+    op_types = [n.op_type for n in model.graph.node]
+    assert op_types.count("LpPooling") == 2 and op_types.count("Unfold") == 1
+    assert "AveragePool" in op_types  # the odd p, as torch decomposes it
+    got = dml_onnx.InferenceSession(model).run(None, {
+        model.graph.input[0].name: image.numpy(), model.graph.input[1].name: line.numpy()})
+    for g, w in zip(got, _Pools()(image, line), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)

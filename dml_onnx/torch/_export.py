@@ -1,8 +1,10 @@
 """Export of PyTorch models into ONNX graphs with ``dml_onnx`` nodes.
 
 torch's TorchScript exporter writes each ``dml_onnx.torch`` operator as its ``dml_onnx`` node
-(symbolic functions built from the operator table), and torchvision's ``roi_align`` and
-``roi_pool`` and ``F.fold`` as the standard ``RoiAlign``, ``MaxRoiPool`` and ``Col2Im``;
+(symbolic functions built from the operator table); during an export ``F.unfold`` becomes
+``Unfold`` (a symbolic function for ``aten::im2col``) and ``F.lp_pool*d`` / ``nn.LPPool*d``
+with an even integer p ``LpPooling``. torchvision's ``roi_align`` and ``roi_pool`` and
+``F.fold`` export as the standard ``RoiAlign``, ``MaxRoiPool`` and ``Col2Im``;
 :func:`dml_onnx.raising.raise_model` then rewrites those into ``RoiAlign1`` (with the standard
 nodes that reproduce ``aligned=False``'s ROI clamp and ``sampling_ratio=0``'s empty ROIs),
 ``RoiPooling`` and ``Fold``.
@@ -10,11 +12,12 @@ nodes that reproduce ``aligned=False``'s ROI clamp and ``sampling_ratio=0``'s em
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import onnx
@@ -24,6 +27,7 @@ from torch.onnx import symbolic_helper
 from dml_onnx.definition import DOMAIN, OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising import raise_model
+from dml_onnx.torch._ops import lp_pooling
 
 _CONSTANT_CODES = {"int": "i", "float": "f", "string": "s", "ints": "is"}
 _ATTRIBUTE_SUFFIXES = {"int": "i", "float": "f", "string": "s", "ints": "i"}
@@ -62,6 +66,62 @@ def _register_symbolics() -> None:
         torch.onnx.register_custom_op_symbolic(f"{DOMAIN}::{name}", _symbolic(definition), 1)
 
 
+def _im2col(g: Any, x: Any, kernel_size: Any, dilation: Any, padding: Any,
+            stride: Any) -> Any:
+    """``F.unfold`` (``aten::im2col``) as ``Unfold``: the same ``[N, C * kh * kw, L]`` layout,
+    torch's symmetric padding as start and end padding."""
+    pads = symbolic_helper._maybe_get_const(padding, "is")
+    return g.op(f"{DOMAIN}::Unfold", x,
+                window_sizes_i=symbolic_helper._maybe_get_const(kernel_size, "is"),
+                dilations_i=symbolic_helper._maybe_get_const(dilation, "is"),
+                strides_i=symbolic_helper._maybe_get_const(stride, "is"),
+                start_padding_i=pads, end_padding_i=pads)
+
+
+def _as_tuple(value: int | Sequence[int], k: int) -> list[int]:
+    return [int(value)] * k if isinstance(value, int) else [int(v) for v in value]
+
+
+def _lp_pool(k: int, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``F.lp_pool<k>d`` as ``LpPooling`` where torch computes the same: an even integer p
+    (torch sums ``x^p``, LpPooling ``|x|^p``) and no ``ceil_mode``; otherwise torch's own,
+    with a warning."""
+
+    def lp_pool(input: torch.Tensor, norm_type: float, kernel_size: int | Sequence[int],
+                stride: int | Sequence[int] | None = None,
+                ceil_mode: bool = False) -> torch.Tensor:
+        p = float(norm_type)
+        if p.is_integer() and p >= 2 and int(p) % 2 == 0 and not ceil_mode:
+            window = _as_tuple(kernel_size, k)
+            strides = window if stride is None else _as_tuple(stride, k)
+            batched = input if input.dim() == k + 2 else input.unsqueeze(0)
+            pooled = lp_pooling(batched, window, strides=strides, p=int(p))
+            return pooled if input.dim() == k + 2 else pooled.squeeze(0)
+        why = "ceil_mode rounds output sizes up" if ceil_mode else (
+            f"norm_type {norm_type}: torch sums x^p, LpPooling |x|^p (equal for even p only)")
+        warnings.warn(f"dml_onnx.torch.export: lp_pool{k}d stays as torch writes it: {why}",
+                      stacklevel=3)
+        return original(input, norm_type, kernel_size, stride, ceil_mode)
+
+    return lp_pool
+
+
+@contextlib.contextmanager
+def _torch_forms(opset: int) -> Iterator[None]:
+    """For one export: ``F.unfold`` and ``F.lp_pool*d`` written as ``dml_onnx`` nodes."""
+    functional = torch.nn.functional
+    originals = {f"lp_pool{k}d": getattr(functional, f"lp_pool{k}d") for k in (1, 2, 3)}
+    torch.onnx.register_custom_op_symbolic("aten::im2col", _im2col, opset)
+    try:
+        for k in (1, 2, 3):
+            setattr(functional, f"lp_pool{k}d", _lp_pool(k, originals[f"lp_pool{k}d"]))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(functional, name, original)
+        torch.onnx.unregister_custom_op_symbolic("aten::im2col", opset)
+
+
 def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None, *,
            kwargs: dict[str, Any] | None = None, opset: int = 18,
            input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
@@ -71,14 +131,16 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
     given), by torch's TorchScript exporter (``torch.onnx.export(dynamo=False)``, which takes
     whole torchvision detectors) and :func:`dml_onnx.raising.raise_model`.
 
-    Every standard node that could not be raised stays, with a warning naming the reason.
+    Every standard node that could not be raised, and every ``lp_pool`` that is not
+    ``LpPooling``, stays as torch writes it, with a warning naming the reason.
     ``positive_rois`` is :func:`raise_model`'s. ``input_names``, ``output_names`` and
     ``dynamic_axes`` are ``torch.onnx.export``'s.
     """
     _register_symbolics()
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer warnings
+    with _torch_forms(opset), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         torch.onnx.export(model, args if isinstance(args, tuple) else (args,), buffer,
                           kwargs=kwargs, opset_version=opset, dynamo=False,
                           input_names=input_names, output_names=output_names,
