@@ -297,17 +297,51 @@ class _Pools(torch.nn.Module):
                                   stride=(2, 1)))
 
 
-def test_export_writes_unfold_and_even_lp_pools_as_dml_onnx_nodes():
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_export_writes_unfold_and_even_lp_pools_as_dml_onnx_nodes(dynamo):
     import dml_onnx
     image, line = torch.randn(2, 3, 9, 8, generator=GENERATOR), torch.randn(2, 3, 10)
     lp_pool2d = functional.lp_pool2d
     with pytest.warns(UserWarning, match=r"lp_pool2d stays as torch writes it: norm_type 3"):
-        model = dt.export(_Pools(), (image, line))
+        model = dt.export(_Pools(), (image, line), dynamo=dynamo)
     assert functional.lp_pool2d is lp_pool2d  # torch's own again after the export
     op_types = [n.op_type for n in model.graph.node]
     assert op_types.count("LpPooling") == 2 and op_types.count("Unfold") == 1
-    assert "AveragePool" in op_types  # the odd p, as torch decomposes it
+    assert "Pow" in op_types  # the odd p, as torch decomposes it
     got = dml_onnx.InferenceSession(model).run(None, {
         model.graph.input[0].name: image.numpy(), model.graph.input[1].name: line.numpy()})
     for g, w in zip(got, _Pools()(image, line), strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+class _Aligned(torch.nn.Module):
+    """What both exporter paths take: torchvision's roi_align, F.fold, dml_onnx.torch ops."""
+
+    def forward(self, image: torch.Tensor, boxes: torch.Tensor, rois: torch.Tensor,
+                batch: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loose = roi_align(image, boxes, [4, 4], spatial_scale=0.5, sampling_ratio=0,
+                          aligned=False)
+        folded = functional.fold(functional.unfold(image, 3, padding=1), (8, 8), 3, padding=1)
+        ours = dt.roi_align1(image, rois, batch, [3, 3], minimum_samples_per_output=2,
+                             maximum_samples_per_output=2)
+        return loose, folded, ours
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_export_keeps_dynamic_shapes_on_both_exporter_paths(dynamo):
+    import dml_onnx
+    image, boxes, rois, batch = _head_inputs()
+    count = torch.export.Dim("count", min=1)
+    regions = torch.export.Dim("regions", min=1)
+    model = dt.export(_Aligned(), (image, boxes, rois, batch), dynamo=dynamo,
+                      dynamic_shapes={"image": None, "boxes": {0: count},
+                                      "rois": {0: regions}, "batch": {0: regions}})
+    op_types = [n.op_type for n in model.graph.node]
+    assert op_types.count("RoiAlign1") == 2 and "Fold" in op_types
+    assert not {"RoiAlign", "Col2Im", "Im2Col"} & set(op_types)
+    # other region counts than the example's
+    boxes, rois, batch = boxes[:2], _boxes(5, 8).float(), torch.tensor([0, 1, 0, 0, 1])
+    got = dml_onnx.InferenceSession(model).run(None, {
+        i.name: t.numpy() for i, t in zip(model.graph.input, (image, boxes, rois, batch))})
+    for g, w in zip(got, _Aligned()(image, boxes, rois, batch), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import os
 import warnings
@@ -24,9 +25,10 @@ import onnx
 import torch
 from torch.onnx import symbolic_helper
 
-from dml_onnx.definition import DOMAIN, OpDefinition
+from dml_onnx.definition import DOMAIN, OPSET_VERSION, OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising import raise_model
+from dml_onnx.schemas import register_schemas
 from dml_onnx.torch._ops import lp_pooling
 
 _CONSTANT_CODES = {"int": "i", "float": "f", "string": "s", "ints": "is"}
@@ -64,6 +66,32 @@ def _register_symbolics() -> None:
     # the domain's version (1) and takes a registered function as handled
     for name, definition in OPERATORS_BY_NAME.items():
         torch.onnx.register_custom_op_symbolic(f"{DOMAIN}::{name}", _symbolic(definition), 1)
+
+
+def _translation(definition: OpDefinition) -> Callable[..., Any]:
+    """The ``dynamo=True`` exporter's translation of ``torch.ops.dml_onnx.<Op>`` (onnxscript
+    builds the node from the domain's registered schema)."""
+    import onnxscript
+
+    node = getattr(onnxscript.values.Opset(DOMAIN, OPSET_VERSION), definition.name)
+    count = len(definition.inputs)
+
+    def translate(*args: Any) -> Any:
+        attributes = {a.name: value for a, value in zip(definition.attributes, args[count:])
+                      if not (a.type == "ints" and not value)}  # empty: the default
+        return node(*args[:count], **attributes)
+
+    return translate
+
+
+def _unfold_translation(x: Any, kernel_size: Sequence[int], dilation: Sequence[int],
+                        padding: Sequence[int], stride: Sequence[int]) -> Any:
+    """``aten.im2col`` as ``Unfold`` for the ``dynamo=True`` exporter (see :func:`_im2col`)."""
+    import onnxscript
+
+    return onnxscript.values.Opset(DOMAIN, OPSET_VERSION).Unfold(
+        x, window_sizes=list(kernel_size), dilations=list(dilation), strides=list(stride),
+        start_padding=list(padding), end_padding=list(padding))
 
 
 def _im2col(g: Any, x: Any, kernel_size: Any, dilation: Any, padding: Any,
@@ -122,31 +150,68 @@ def _torch_forms(opset: int) -> Iterator[None]:
         torch.onnx.unregister_custom_op_symbolic("aten::im2col", opset)
 
 
+def _dynamic_axes(model: torch.nn.Module, input_names: Sequence[str] | None,
+                  dynamic_shapes: Any) -> tuple[list[str] | None, dict | None]:
+    """``torch.export``-style ``dynamic_shapes`` (a dict by ``forward``'s parameter names of
+    ``{axis: Dim}``) as the TorchScript exporter's input names and ``dynamic_axes``."""
+    if dynamic_shapes is None:
+        return (list(input_names) if input_names else None), None
+    if not isinstance(dynamic_shapes, dict):
+        raise ValueError("dml_onnx.torch.export: with dynamo=False, dynamic_shapes must be a "
+                         "dict by forward's parameter names")
+    names = list(input_names or inspect.signature(model.forward).parameters)
+    axes = {}
+    for name, shape in dynamic_shapes.items():
+        if name not in names:
+            raise ValueError(f"dml_onnx.torch.export: dynamic_shapes names {name!r}, not an "
+                             f"input of {names}")
+        if shape:
+            axes[name] = {int(axis): getattr(dim, "__name__", f"{name}_{axis}")
+                          for axis, dim in shape.items()}
+    return names, axes
+
+
 def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None, *,
-           kwargs: dict[str, Any] | None = None, opset: int = 18,
-           input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
-           dynamic_axes: dict[str, Any] | None = None,
+           kwargs: dict[str, Any] | None = None, dynamic_shapes: Any = None,
+           opset: int = 18, dynamo: bool = False, input_names: Sequence[str] | None = None,
+           output_names: Sequence[str] | None = None,
            positive_rois: bool = False) -> onnx.ModelProto:
     """``model`` on ``args`` as an ONNX model with ``dml_onnx`` nodes (saved to ``f`` when
-    given), by torch's TorchScript exporter (``torch.onnx.export(dynamo=False)``, which takes
-    whole torchvision detectors) and :func:`dml_onnx.raising.raise_model`.
+    given), by torch's exporter and :func:`dml_onnx.raising.raise_model`.
 
+    ``dynamo=False`` (the default) takes torch's TorchScript exporter, which exports whole
+    torchvision detectors; ``dynamo=True`` takes ``torch.export`` and onnxscript, which
+    exports data-independent models (heads, backbones). ``dynamic_shapes`` are
+    ``torch.export``'s (with ``dynamo=False``: a dict by ``forward``'s parameter names, which
+    become the exporter's ``dynamic_axes``).
     Every standard node that could not be raised, and every ``lp_pool`` that is not
     ``LpPooling``, stays as torch writes it, with a warning naming the reason.
-    ``positive_rois`` is :func:`raise_model`'s. ``input_names``, ``output_names`` and
-    ``dynamic_axes`` are ``torch.onnx.export``'s.
+    ``positive_rois`` is :func:`raise_model`'s; ``input_names`` and ``output_names`` name
+    the graph's inputs and outputs.
     """
-    _register_symbolics()
+    arguments = args if isinstance(args, tuple) else (args,)
     buffer = io.BytesIO()
     with _torch_forms(opset), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        torch.onnx.export(model, args if isinstance(args, tuple) else (args,), buffer,
-                          kwargs=kwargs, opset_version=opset, dynamo=False,
-                          input_names=input_names, output_names=output_names,
-                          dynamic_axes=dynamic_axes)
-    result = raise_model(onnx.load_from_string(buffer.getvalue()),
-                         positive_rois=positive_rois)
+        if dynamo:
+            register_schemas()  # onnxscript writes dml_onnx nodes from their schemas
+            table = {getattr(torch.ops.dml_onnx, name).default: _translation(d)
+                     for name, d in OPERATORS_BY_NAME.items()}
+            table[torch.ops.aten.im2col.default] = _unfold_translation
+            program = torch.onnx.export(model, arguments, kwargs=kwargs, dynamo=True,
+                                        dynamic_shapes=dynamic_shapes, opset_version=opset,
+                                        input_names=input_names, output_names=output_names,
+                                        custom_translation_table=table, verbose=False)
+            exported = program.model_proto
+        else:
+            _register_symbolics()
+            names, axes = _dynamic_axes(model, input_names, dynamic_shapes)
+            torch.onnx.export(model, arguments, buffer, kwargs=kwargs, opset_version=opset,
+                              dynamo=False, input_names=names, output_names=output_names,
+                              dynamic_axes=axes)
+            exported = onnx.load_from_string(buffer.getvalue())
+    result = raise_model(exported, positive_rois=positive_rois)
     for name, reason in result.kept.items():
         warnings.warn(f"dml_onnx.torch.export: kept the standard node {name}: {reason}",
                       stacklevel=2)
