@@ -7,17 +7,21 @@ of the ``dml_onnx`` operator does, the raised node comes with the few standard n
 (the raised node reads ROIs scaled and clamped by ``Mul``, ``Sub``, ``Max``, ``Add``), and with
 ``sampling_ratio=0`` and ``half_pixel`` it gives 0 for an empty or inverted ROI (a ``Where``
 zeroes those outputs, unless the caller vouches that every ROI has a positive width and
-height). ``RoiAlign`` with ``mode="max"`` (the max of weighted corner terms), ``LpPool`` with
+height). The chain torch's exporters write for ``F.lp_pool*d`` (:class:`_Chain`) becomes one
+``LpPooling`` where p is an even integer. ``RoiAlign`` with ``mode="max"`` (the max of weighted
+corner terms), ``LpPool`` with
 ``ceil_mode`` or ``SAME`` padding and ``Col2Im`` with non-constant sizes stay standard. Each
 node left standard comes with the reason.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
@@ -179,6 +183,97 @@ RULES: dict[str, Callable[[_Node, bool], _Raise]] = {
 """Standard op type -> the rule giving its :class:`_Raise` or raising :class:`_Kept`."""
 
 
+@dataclass
+class _Chain:
+    """A decomposed Lp pooling that torch's exporters write for ``F.lp_pool*d``:
+    ``Pow(Mul(Mul(Sign(a), Relu(Abs(a))), count), 1/p)`` of ``a = AveragePool(Pow(x, p))``."""
+
+    nodes: list[int]  # the chain's node indices in the graph, the final Pow last
+    label: str  # the AveragePool's
+    source: str  # x
+    p: float
+    pool: dict[str, Any]  # the AveragePool's attributes
+    constants: list[str]  # the chain's constant inputs
+
+
+def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_Chain]:
+    """Every decomposed Lp pooling in ``graph`` whose intermediate values nothing else reads."""
+    producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            readers.setdefault(name, []).append(i)
+    outputs = {o.name for o in graph.output}
+
+    def only_reader(name: str, op_type: str) -> int | None:
+        found = readers.get(name, [])
+        if len(found) != 1 or name in outputs or graph.node[found[0]].op_type != op_type:
+            return None
+        return found[0]
+
+    def scalar(name: str) -> float | None:
+        value = constants.get(name)
+        return float(value) if value is not None and value.size == 1 else None
+
+    chains = []
+    for a, pool in enumerate(graph.node):
+        if pool.op_type != "AveragePool" or pool.domain not in ("", "ai.onnx"):
+            continue
+        first = producer.get(pool.input[0])
+        if first is None or graph.node[first].op_type != "Pow" \
+                or only_reader(pool.input[0], "AveragePool") is None:
+            continue
+        power = graph.node[first]
+        p = scalar(power.input[1])
+        pooled = pool.output[0]
+        kinds = sorted(graph.node[i].op_type for i in readers.get(pooled, []))
+        if p is None or kinds != ["Abs", "Sign"] or pooled in outputs:
+            continue
+        sign, absolute = sorted(readers[pooled], key=lambda i: graph.node[i].op_type != "Sign")
+        relu = only_reader(graph.node[absolute].output[0], "Relu")
+        product = None if relu is None else only_reader(graph.node[relu].output[0], "Mul")
+        if product is None or only_reader(graph.node[sign].output[0], "Mul") != product:
+            continue
+        scaled = only_reader(graph.node[product].output[0], "Mul")
+        if scaled is None:
+            continue
+        count = next((scalar(n) for n in graph.node[scaled].input
+                      if n != graph.node[product].output[0]), None)
+        root = only_reader(graph.node[scaled].output[0], "Pow")
+        if root is None or graph.node[root].input[0] != graph.node[scaled].output[0]:
+            continue
+        inverse = scalar(graph.node[root].input[1])
+        attributes = {x.name: attribute_value(x) for x in pool.attribute}
+        if count != math.prod(attributes.get("kernel_shape", [])) or inverse is None \
+                or np.float32(inverse) != np.float32(1.0 / p):
+            continue
+        chains.append(_Chain([first, a, sign, absolute, relu, product, scaled, root],
+                             node_label(pool), power.input[0], p, attributes,
+                             [power.input[1], *graph.node[scaled].input,
+                              graph.node[root].input[1]]))
+    return chains
+
+
+def _lp_pool_node(chain: _Chain, output: str, types: dict[str, int]) -> onnx.NodeProto:
+    """The ``LpPooling`` node computing a chain, or :class:`_Kept` with the reason."""
+    p, a = chain.p, chain.pool
+    if not (p.is_integer() and p >= 2 and int(p) % 2 == 0):
+        raise _Kept(f"an exported lp_pool with p {p:g}: it sums x^p, LpPooling |x|^p "
+                    "(equal for an even integer p only)")
+    k = len(a.get("kernel_shape", []))
+    if a.get("ceil_mode", 0) or any(a.get("pads", [0] * 2 * k)) \
+            or any(d != 1 for d in a.get("dilations", [1] * k)) \
+            or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise _Kept("an exported lp_pool with ceil_mode, padding or dilation")
+    definition = OPERATORS_BY_NAME["LpPooling"]
+    if types.get(chain.source) not in {element_type(t) for t in
+                                       definition.type_constraints["T"]}:
+        raise _Kept("an exported lp_pool of an element type LpPooling does not take")
+    return definition.make_node([chain.source], [output], name=chain.label or None,
+                                window_size=a["kernel_shape"],
+                                strides=a.get("strides", [1] * k), p=int(p))
+
+
 def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
                 functions: bool = True) -> Raised:
     """Rewrite the standard nodes that have an exact ``dml_onnx`` equivalent.
@@ -200,7 +295,22 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     result = Raised(onnx.ModelProto())
     result.model.CopyFrom(model)
     del result.model.graph.node[:]
+    pools, chained, freed = {}, set(), set()
+    for chain in _lp_pool_chains(model.graph, constants):
+        try:
+            pools[chain.nodes[-1]] = _lp_pool_node(
+                chain, model.graph.node[chain.nodes[-1]].output[0], types)
+        except _Kept as reason:
+            result.kept[chain.label] = str(reason)
+            continue
+        chained.update(chain.nodes)
+        freed.update(chain.constants)
+        result.raised.append(chain.label)
     for index, node in enumerate(model.graph.node):
+        if index in chained:
+            if index in pools:
+                result.model.graph.node.append(pools[index])
+            continue
         rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if rule is None:
             result.model.graph.node.append(node)
@@ -218,9 +328,9 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         result.model.graph.node.extend(raised)
         result.raised.append(label)
     if result.raised:
-        _prune_constants(result.model, {name for node in model.graph.node
-                                        if node_label(node) in result.raised
-                                        for name in node.input})
+        _prune_constants(result.model, freed | {name for node in model.graph.node
+                                                if node_label(node) in result.raised
+                                                for name in node.input})
         if all(o.domain != DOMAIN for o in result.model.opset_import):
             result.model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
         if functions:

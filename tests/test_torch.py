@@ -345,3 +345,42 @@ def test_export_keeps_dynamic_shapes_on_both_exporter_paths(dynamo):
         i.name: t.numpy() for i, t in zip(model.graph.input, (image, boxes, rois, batch))})
     for g, w in zip(got, _Aligned()(image, boxes, rois, batch), strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _TorchPools(torch.nn.Module):
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (functional.lp_pool2d(image, 2, 3, stride=2),
+                functional.lp_pool1d(image[:, :, 0], 4, 2),
+                functional.lp_pool2d(image, 3, 2))
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_raise_recognises_the_lp_pools_torch_exporters_decompose(dynamo):
+    """torch.onnx.export writes F.lp_pool*d as Pow, AveragePool, Sign, Abs, Relu, Mul, Mul,
+    Pow; raise turns the even-p ones into LpPooling and says why it keeps p = 3."""
+    import io
+    import warnings
+
+    import onnx
+
+    import dml_onnx
+    from dml_onnx.raising import raise_model
+    image = torch.randn(2, 3, 9, 8, generator=GENERATOR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            model = torch.onnx.export(_TorchPools(), (image,), dynamo=True, opset_version=18,
+                                      verbose=False).model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(_TorchPools(), (image,), buffer, dynamo=False, opset_version=18)
+            model = onnx.load_from_string(buffer.getvalue())
+    result = raise_model(model)
+    assert len(result.raised) == 2 and len(result.kept) == 1
+    assert "p 3: it sums x^p, LpPooling |x|^p" in next(iter(result.kept.values()))
+    op_types = [n.op_type for n in result.model.graph.node]
+    assert op_types.count("LpPooling") == 2 and op_types.count("AveragePool") == 1
+    got = dml_onnx.InferenceSession(result.model).run(None, {
+        result.model.graph.input[0].name: image.numpy()})
+    for g, w in zip(got, _TorchPools()(image), strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
