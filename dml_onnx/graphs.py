@@ -108,6 +108,18 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """The dimensions of every value of the main graph whose rank is known (declared or
+    inferred), ``None`` for a dimension that is not a fixed number."""
+    register_schemas()
+    graph = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
+                                              strict_mode=False).graph
+    return {value.name: [d.dim_value if d.HasField("dim_value") else None
+                         for d in value.type.tensor_type.shape.dim]
+            for value in (*graph.input, *graph.value_info, *graph.output)
+            if value.type.tensor_type.HasField("shape")}
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held by the node's attributes (an ``If``'s branches, a ``Loop``'s body)."""
     for attribute in node.attribute:

@@ -8,7 +8,9 @@ of the ``dml_onnx`` operator does, the raised node comes with the few standard n
 ``sampling_ratio=0`` and ``half_pixel`` it gives 0 for an empty or inverted ROI (a ``Where``
 zeroes those outputs, unless the caller vouches that every ROI has a positive width and
 height). The chain torch's exporters write for ``F.lp_pool*d`` (:class:`_Chain`) becomes one
-``LpPooling`` where p is an even integer. ``RoiAlign`` with ``mode="max"`` (the max of weighted
+``LpPooling`` where p is an even integer, and the ``Pad``, ``Gather``, ``Gather``,
+``Transpose``, ``Reshape`` chain they write for ``F.unfold`` (:class:`_UnfoldChain`) one
+``Unfold``. ``RoiAlign`` with ``mode="max"`` (the max of weighted
 corner terms), ``LpPool`` with
 ``ceil_mode`` or ``SAME`` padding and ``Col2Im`` with non-constant sizes stay standard. Each
 node left standard comes with the reason.
@@ -34,7 +36,7 @@ from dml_onnx.definition import (
     node_label,
 )
 from dml_onnx.form import StandardNode, op_version
-from dml_onnx.graphs import check_structure, element_types
+from dml_onnx.graphs import check_structure, element_types, static_dims
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.standard import default_opset, prefix_for, with_functions
 
@@ -254,6 +256,139 @@ def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_
     return chains
 
 
+@dataclass
+class _UnfoldChain:
+    """The ``Pad``, ``Gather`` (axis 2), ``Gather`` (axis 4), ``Transpose``, ``Reshape`` chain
+    torch's exporters write for ``F.unfold`` (index tensors as constants, or as
+    ``Range`` + constant offsets computed from the input's size)."""
+
+    nodes: list[int]  # Pad, Gather, Gather, Transpose, Reshape
+    label: str  # the Reshape's
+    source: str
+    attributes: dict[str, list[int]]
+
+
+def _unfold_chains(model: onnx.ModelProto, constants: dict[str, Any]) -> list[_UnfoldChain]:
+    graph = model.graph
+    dims: dict[str, list[int | None]] | None = None
+    producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            readers.setdefault(name, []).append(i)
+    outputs = {o.name for o in graph.output}
+
+    def only_reader(name: str, op_type: str) -> int | None:
+        found = readers.get(name, [])
+        if len(found) != 1 or name in outputs or graph.node[found[0]].op_type != op_type:
+            return None
+        return found[0]
+
+    def made_by(name: str, op_type: str) -> onnx.NodeProto | None:
+        index = producer.get(name)
+        return graph.node[index] if index is not None and \
+            graph.node[index].op_type == op_type else None
+
+    def ints(name: str) -> list[int] | None:
+        value = constants.get(name)
+        return None if value is None else [int(v) for v in np.ravel(value)]
+
+    def window(name: str, source: str, axis: int, padding: int) -> tuple[int, ...] | None:
+        """(taps, dilation, stride) of one axis' index tensor ``[taps, blocks]``."""
+        value = constants.get(name)
+        if value is not None and value.ndim == 2 and value.size:
+            taps, blocks = value.shape
+            dilation = int(value[1, 0] - value[0, 0]) if taps > 1 else 1
+            stride = int(value[0, 1] - value[0, 0]) if blocks > 1 else 1
+            expected = (np.arange(taps)[:, None] * dilation + np.arange(blocks) * stride)
+            ok = dilation > 0 and stride > 0 and np.array_equal(value, expected)
+            return (taps, dilation, stride) if ok else None
+        add = made_by(name, "Add")  # Unsqueeze(Range(0, size + pads - span, stride)) + offsets
+        if add is None:
+            return None
+        offsets = next((constants[n] for n in add.input if n in constants), None)
+        other = next((n for n in add.input if n not in constants), None)
+        unsqueeze = made_by(other, "Unsqueeze") if other else None
+        if offsets is None or offsets.ndim != 2 or unsqueeze is None \
+                or ints(unsqueeze.input[1]) != [0]:
+            return None
+        taps = offsets.shape[0]
+        dilation = int(offsets[1, 0] - offsets[0, 0]) if taps > 1 else 1
+        ranged = made_by(unsqueeze.input[0], "Range")
+        if ranged is None or ints(ranged.input[0]) != [0] or not ints(ranged.input[2]) \
+                or not np.array_equal(offsets[:, 0], np.arange(taps) * dilation):
+            return None
+        stride = ints(ranged.input[2])[0]
+        sub = made_by(ranged.input[1], "Sub")
+        grown = sub and made_by(sub.input[0], "Add")
+        size = grown and made_by(grown.input[0], "Gather")
+        shape = size and made_by(size.input[0], "Shape")
+        if not (shape and shape.input[0] == source and ints(size.input[1]) == [axis]
+                and ints(grown.input[1]) == [padding]
+                and ints(sub.input[1]) == [dilation * (taps - 1)]):
+            return None
+        return taps, dilation, stride
+
+    def flattens(name: str, source: str, taps: int) -> bool:
+        """Whether ``name``, a Reshape's shape, is ``[N, C * taps, -1]`` of ``source``: a
+        constant where N and C are known, or what TorchScript computes from its shape."""
+        nonlocal dims
+        value = ints(name)
+        if value is not None:
+            dims = static_dims(model) if dims is None else dims
+            n, c = (dims.get(source) or [None, None])[:2]
+            return None not in (n, c) and value in ([n, c * taps, -1], [0, c * taps, -1])
+        concat = made_by(name, "Concat")
+        if concat is None or len(concat.input) != 3 or ints(concat.input[2]) != [-1]:
+            return False
+        batch, channels = (made_by(n, "Unsqueeze") for n in concat.input[:2])
+        scaled = channels and made_by(channels.input[0], "Mul")
+        if not (batch and scaled and ints(scaled.input[1]) == [taps]
+                and ints(batch.input[1]) == ints(channels.input[1]) == [0]):
+            return False
+        sizes = made_by(batch.input[0], "Gather"), made_by(scaled.input[0], "Gather")
+        shapes = [size and ints(size.input[1]) == [axis] and made_by(size.input[0], "Shape")
+                  for axis, size in enumerate(sizes)]
+        return all(shape and shape.input[0] == source for shape in shapes)
+
+    chains = []
+    for p, pad in enumerate(graph.node):
+        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.input) < 2:
+            continue
+        pads = ints(pad.input[1])
+        mode = next((attribute_value(a) for a in pad.attribute if a.name == "mode"),
+                    "constant")
+        if pads is None or len(pads) != 8 or pads[:2] != [0, 0] or pads[4:6] != [0, 0] \
+                or mode != "constant" or (len(pad.input) > 2 and pad.input[2]
+                                          and any(ints(pad.input[2]) or [1])):
+            continue
+        rows = only_reader(pad.output[0], "Gather")
+        columns = None if rows is None else only_reader(graph.node[rows].output[0], "Gather")
+        swap = None if columns is None else \
+            only_reader(graph.node[columns].output[0], "Transpose")
+        flat = None if swap is None else only_reader(graph.node[swap].output[0], "Reshape")
+        if flat is None:
+            continue
+        axis = {n: next((attribute_value(a) for a in graph.node[n].attribute
+                         if a.name == "axis"), 0) for n in (rows, columns)}
+        perm = next((attribute_value(a) for a in graph.node[swap].attribute
+                     if a.name == "perm"), None)
+        if axis != {rows: 2, columns: 4} or perm != [0, 1, 2, 4, 3, 5] \
+                or graph.node[rows].input[0] != pad.output[0]:
+            continue
+        height = window(graph.node[rows].input[1], pad.input[0], 2, pads[2] + pads[6])
+        width = window(graph.node[columns].input[1], pad.input[0], 3, pads[3] + pads[7])
+        if height is None or width is None or not flattens(
+                graph.node[flat].input[1], pad.input[0], height[0] * width[0]):
+            continue
+        chains.append(_UnfoldChain(
+            [p, rows, columns, swap, flat], node_label(graph.node[flat]), pad.input[0],
+            {"window_sizes": [height[0], width[0]], "dilations": [height[1], width[1]],
+             "strides": [height[2], width[2]], "start_padding": pads[2:4],
+             "end_padding": pads[6:8]}))
+    return chains
+
+
 def _lp_pool_node(chain: _Chain, output: str, types: dict[str, int]) -> onnx.NodeProto:
     """The ``LpPooling`` node computing a chain, or :class:`_Kept` with the reason."""
     p, a = chain.p, chain.pool
@@ -295,10 +430,10 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     result = Raised(onnx.ModelProto())
     result.model.CopyFrom(model)
     del result.model.graph.node[:]
-    pools, chained, freed = {}, set(), set()
+    replacements, chained, freed = {}, set(), set()
     for chain in _lp_pool_chains(model.graph, constants):
         try:
-            pools[chain.nodes[-1]] = _lp_pool_node(
+            replacements[chain.nodes[-1]] = _lp_pool_node(
                 chain, model.graph.node[chain.nodes[-1]].output[0], types)
         except _Kept as reason:
             result.kept[chain.label] = str(reason)
@@ -306,10 +441,17 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         chained.update(chain.nodes)
         freed.update(chain.constants)
         result.raised.append(chain.label)
+    for unfold in _unfold_chains(model, constants):
+        replacements[unfold.nodes[-1]] = OPERATORS_BY_NAME["Unfold"].make_node(
+            [unfold.source], [model.graph.node[unfold.nodes[-1]].output[0]],
+            name=unfold.label or None, **unfold.attributes)
+        chained.update(unfold.nodes)
+        freed.update(name for i in unfold.nodes for name in model.graph.node[i].input)
+        result.raised.append(unfold.label)
     for index, node in enumerate(model.graph.node):
         if index in chained:
-            if index in pools:
-                result.model.graph.node.append(pools[index])
+            if index in replacements:
+                result.model.graph.node.append(replacements[index])
             continue
         rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if rule is None:
@@ -328,9 +470,9 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         result.model.graph.node.extend(raised)
         result.raised.append(label)
     if result.raised:
-        _prune_constants(result.model, freed | {name for node in model.graph.node
-                                                if node_label(node) in result.raised
-                                                for name in node.input})
+        _prune_unread(result.model, freed | {name for node in model.graph.node
+                                             if node_label(node) in result.raised
+                                             for name in node.input})
         if all(o.domain != DOMAIN for o in result.model.opset_import):
             result.model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
         if functions:
@@ -357,19 +499,31 @@ def _raised_nodes(view: _Node, rule: Callable[[_Node, bool], _Raise],
     return [*raised.before, node, *raised.after]
 
 
-def _prune_constants(model: onnx.ModelProto, freed: set[str]) -> None:
-    """Drop the ``Constant`` nodes and initializers among ``freed`` (what the raised nodes
-    read) that nothing reads any more (Col2Im's sizes)."""
+def _prune_unread(model: onnx.ModelProto, freed: set[str]) -> None:
+    """Drop the initializers among ``freed`` (what the replaced nodes read) and the nodes
+    making them that nothing reads any more (Col2Im's sizes, the index arithmetic of a raised
+    ``F.unfold`` chain), and in turn what only those read. An initializer that is also a graph
+    input (a default the caller may override) goes from the inputs too, so that feeding it is
+    an error rather than silently ignored; IR versions before 4 need the two listed alike."""
     graph = model.graph
-    read = {name for node in graph.node for name in node.input}
-    read |= {o.name for o in graph.output} | {i.name for i in graph.input}
-    unread = freed - read
-    kept = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] in unread)]
+    overridable = {t.name for t in graph.initializer} if model.ir_version >= 4 else set()
+    kept = {o.name for o in graph.output} | {i.name for i in graph.input} - overridable
+    nodes = list(graph.node)
+    while True:
+        read = {name for node in nodes for name in node.input} | kept
+        dead = {i for i, n in enumerate(nodes) if set(n.output) <= freed
+                and not set(n.output) & read}
+        if not dead:
+            break
+        freed |= {name for i in dead for name in nodes[i].input}
+        nodes = [n for i, n in enumerate(nodes) if i not in dead]
+    unread = freed - {name for node in nodes for name in node.input} - kept
     del graph.node[:]
-    graph.node.extend(kept)
-    initializers = [t for t in graph.initializer if t.name not in unread]
-    del graph.initializer[:]
-    graph.initializer.extend(initializers)
+    graph.node.extend(nodes)
+    for values in (graph.initializer, graph.input):
+        remaining = [v for v in values if v.name not in unread]
+        del values[:]
+        values.extend(remaining)
 
 
 __all__ = ["Raised", "raise_model"]

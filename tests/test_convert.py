@@ -149,6 +149,82 @@ def test_raise_with_positive_rois_takes_adaptive_sampling():
                  _plain(model))
 
 
+def test_raise_takes_col2im_sizes_given_as_overridable_graph_inputs():
+    """Sizes as initializers also listed as graph inputs (defaults a caller may override):
+    raised, and the input goes, so that feeding it fails instead of being ignored."""
+    model = _standard_model()
+    image_shape = next(t for t in model.graph.initializer if t.name == "image_shape")
+    model.graph.input.append(_value("image_shape", TensorProto.INT64, [2]))
+    result = raise_model(model)
+    assert "col2im" in result.raised
+    assert "image_shape" not in {i.name for i in result.model.graph.input} | {
+        t.name for t in result.model.graph.initializer}
+    session = dml_onnx.InferenceSession(result.model)
+    _assert_same(session.run(None, FEEDS), _plain(model))
+    with pytest.raises(Exception, match="image_shape"):
+        session.run(None, FEEDS | {"image_shape": numpy_helper.to_array(image_shape)})
+
+
+def _unfold_chain_model(*, rows: np.ndarray | None = None, perm: tuple = (0, 1, 2, 4, 3, 5),
+                        shape: tuple = (2, 3 * 6, -1), pad_read_twice: bool = False
+                        ) -> onnx.ModelProto:
+    """The chain torch's exporters write for F.unfold(image, (2, 3), dilation=(1, 2),
+    padding=(1, 0), stride=(2, 1)) over image [2, 3, 12, 12]: taps x blocks index tensors."""
+    if rows is None:
+        rows = np.arange(2)[:, None] * 1 + np.arange(7) * 2  # 12 + 2 pad rows, 7 blocks
+    columns = np.arange(3)[:, None] * 2 + np.arange(8) * 1  # 12 columns, 8 blocks
+    constants = {"pads": np.array([0, 0, 1, 0, 0, 0, 1, 0], np.int64), "rows": rows,
+                 "columns": columns, "shape": np.array(shape, np.int64)}
+    nodes = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.asarray(value, np.int64))) for name, value in constants.items()]
+    nodes += [
+        helper.make_node("Pad", ["image", "pads"], ["padded"], name="pad"),
+        helper.make_node("Gather", ["padded", "rows"], ["by_rows"], axis=2),
+        helper.make_node("Gather", ["by_rows", "columns"], ["blocks"], axis=4),
+        helper.make_node("Transpose", ["blocks"], ["taps_first"], perm=list(perm)),
+        helper.make_node("Reshape", ["taps_first", "shape"], ["unfolded"], name="unfold")]
+    outputs = [_value("unfolded", TensorProto.FLOAT, None)]
+    if pad_read_twice:
+        nodes.append(helper.make_node("Identity", ["padded"], ["padded_too"]))
+        outputs.append(_value("padded_too", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "unfold", [_value("image", TensorProto.FLOAT,
+                                                        [2, 3, 12, 12])], outputs)
+    return helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
+                             opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _plain_image(model: onnx.ModelProto) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"image": FEEDS["image"]})
+
+
+def test_raise_turns_the_exporters_unfold_chain_into_unfold():
+    model = _unfold_chain_model()
+    result = raise_model(model)
+    assert result.raised == ["unfold"] and _op_types(result.model) == ["Unfold"]
+    (node,) = result.model.graph.node
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == {
+        "window_sizes": [2, 3], "dilations": [1, 2], "strides": [2, 1],
+        "start_padding": [1, 0], "end_padding": [1, 0]}
+    got = dml_onnx.InferenceSession(result.model).run(None, {"image": FEEDS["image"]})
+    assert got[0].shape == (2, 18, 56)
+    np.testing.assert_array_equal(got[0], _plain_image(model)[0])
+
+
+@pytest.mark.parametrize("variation", [
+    {"shape": (2, 3 * 2, -1)},  # taps of one axis flattened with the blocks: not an unfold
+    {"shape": (1, 3 * 6, -1)},  # the batch folded into the blocks
+    {"perm": (0, 1, 2, 3, 4, 5)},
+    {"rows": np.array([[0, 2, 4, 6, 8, 10, 13], [1, 3, 5, 7, 9, 11, 12]])},  # not a window
+    {"pad_read_twice": True},
+])
+def test_raise_leaves_a_gather_chain_that_is_not_exactly_an_unfold(variation):
+    model = _unfold_chain_model(**variation)
+    result = raise_model(model)
+    assert result.raised == [] and "Unfold" not in _op_types(result.model)
+    np.testing.assert_array_equal(_plain_image(result.model)[0], _plain_image(model)[0])
+
+
 # ROIs under one pixel, empty, inverted, partly outside, and plain ones (spatial scale 0.5)
 SMALL_ROIS = np.array([[3, 3, 3.8, 3.5], [5, 5, 5, 5], [9, 2, 4, 7], [2.2, 6, 2.2, 14],
                        [-3, -2, 4, 5], [0, 0, 22, 22], [10, 10, 10.4, 30], [7, 8, 1, 1]],

@@ -404,3 +404,41 @@ def test_raise_recognises_the_lp_pools_torch_exporters_decompose(dynamo):
         result.model.graph.input[0].name: image.numpy()})
     for g, w in zip(got, _TorchPools()(image), strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+class _TorchUnfolds(torch.nn.Module):
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (functional.unfold(image, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
+                functional.unfold(image, 3, padding=1))
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_raise_recognises_the_unfolds_torch_exporters_decompose(dynamo):
+    """torch.onnx.export writes F.unfold as Pad, Gather, Gather, Transpose, Reshape (index
+    tensors as constants, or computed from the input's size); raise makes it Unfold."""
+    import io
+    import warnings
+
+    import onnx
+
+    import dml_onnx
+    from dml_onnx.raising import raise_model
+    image = torch.randn(2, 3, 9, 8, generator=GENERATOR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            model = torch.onnx.export(_TorchUnfolds(), (image,), dynamo=True, opset_version=18,
+                                      verbose=False).model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(_TorchUnfolds(), (image,), buffer, dynamo=False,
+                              opset_version=18)
+            model = onnx.load_from_string(buffer.getvalue())
+    result = raise_model(model)
+    assert len(result.raised) == 2 and result.kept == {}
+    op_types = [n.op_type for n in result.model.graph.node]
+    assert op_types.count("Unfold") == 2 and not {"Pad", "Transpose"} & set(op_types)
+    got = dml_onnx.InferenceSession(result.model).run(None, {
+        result.model.graph.input[0].name: image.numpy()})
+    for g, w in zip(got, _TorchUnfolds()(image), strict=True):
+        np.testing.assert_array_equal(g, w.numpy())
