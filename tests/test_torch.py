@@ -198,14 +198,15 @@ def _head_inputs() -> tuple[torch.Tensor, ...]:
     return torch.randn(2, 3, 8, 8, generator=GENERATOR), boxes, rois, torch.tensor([0, 1, 1])
 
 
-def test_export_writes_dml_onnx_nodes_that_compute_what_torch_computes(tmp_path):
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_export_writes_dml_onnx_nodes_that_compute_what_torch_computes(tmp_path, dynamo):
     import onnx
     import onnxruntime as ort
 
     import dml_onnx
     inputs = _head_inputs()
     path = tmp_path / "head.onnx"
-    model = dt.export(_Head(), inputs, path)
+    model = dt.export(_Head(), inputs, path, dynamo=dynamo)
     assert onnx.load(path) == model
     op_types = [n.op_type for n in model.graph.node]
     assert op_types.count("RoiAlign1") == 3
@@ -221,6 +222,19 @@ def test_export_writes_dml_onnx_nodes_that_compute_what_torch_computes(tmp_path)
                                      providers=["CPUExecutionProvider"]).run(None, feeds)):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+class _PoolWithPositions(torch.nn.Module):
+    def forward(self, image: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.ops.torchvision.roi_pool(image, boxes, 1.0, 2, 2)
+
+
+def test_export_refuses_roi_pools_bin_positions():
+    """torchvision's roi_pool operator also returns where each bin's maximum is (for its
+    backward); ONNX has no form of it, so a model that reads it is refused, not mis-exported."""
+    image, boxes = _head_inputs()[:2]
+    with pytest.raises(ValueError, match="second output of torch.ops.torchvision.roi_pool"):
+        dt.export(_PoolWithPositions(), (image, boxes), dynamo=True)
 
 
 class _Align(torch.nn.Module):

@@ -7,7 +7,8 @@ with an even integer p ``LpPooling``. torchvision's ``roi_align`` and ``roi_pool
 ``F.fold`` export as the standard ``RoiAlign``, ``MaxRoiPool`` and ``Col2Im``;
 :func:`dml_onnx.raising.raise_model` then rewrites those into ``RoiAlign1`` (with the standard
 nodes that reproduce ``aligned=False``'s ROI clamp and ``sampling_ratio=0``'s empty ROIs),
-``RoiPooling`` and ``Fold``.
+``RoiPooling`` and ``Fold``. The ``dynamo=True`` exporter takes the same path, with
+translations of the ``dml_onnx.torch`` operators, ``aten.im2col`` and ``torchvision::roi_pool``.
 """
 
 from __future__ import annotations
@@ -54,10 +55,31 @@ def _symbolic(definition: OpDefinition) -> Any:
                 if not constant:
                     continue  # an empty list is the attribute's default
             attributes[f"{attribute.name}_{_ATTRIBUTE_SUFFIXES[attribute.type]}"] = constant
-        return g.op(f"{DOMAIN}::{definition.name}", *tensors, **attributes,
-                    outputs=len(definition.outputs))
+        return _dml_node(g, definition, tensors, attributes)
 
     return symbolic
+
+
+def _dml_node(g: Any, definition: OpDefinition, tensors: Sequence[Any],
+              attributes: dict[str, Any]) -> Any:
+    """The TorchScript exporter's ``dml_onnx`` node with its outputs' types and shapes (from
+    the operator's shape function; the exporter warns about a node without them)."""
+    outputs = g.op(f"{DOMAIN}::{definition.name}", *tensors, **attributes,
+                   outputs=len(definition.outputs))
+    try:
+        values = definition.node_attributes(definition.make_node(
+            [f"in{i}" for i in range(len(tensors))], ["out"],
+            **{name.rsplit("_", 1)[0]: value for name, value in attributes.items()}))
+        shapes = definition.infer_shapes([symbolic_helper._get_tensor_sizes(t)
+                                          for t in tensors], values, definition.name)
+    except ValueError:
+        return outputs  # the exported model's check names the problem
+    typed = {p.type: t.type() for p, t in zip(definition.inputs, tensors)}
+    for output, parameter, shape in zip(outputs if isinstance(outputs, tuple) else (outputs,),
+                                        definition.outputs, shapes):
+        if shape is not None and parameter.type in typed:
+            output.setType(typed[parameter.type].with_sizes(shape))
+    return outputs
 
 
 @functools.cache
@@ -94,16 +116,62 @@ def _unfold_translation(x: Any, kernel_size: Sequence[int], dilation: Sequence[i
         start_padding=list(padding), end_padding=list(padding))
 
 
+_ARGMAX = ("RoiPoolArgmax", 1, "dml_onnx.unexported")  # a placeholder that never stays
+
+
+def _roi_pool_translation(input: Any, rois: Any, spatial_scale: float, pooled_height: int,
+                          pooled_width: int) -> tuple[Any, Any]:
+    """``torchvision::roi_pool`` as ``MaxRoiPool`` for the ``dynamo=True`` exporter, taking
+    the operator's own arguments (onnxscript's translation takes ``ops.roi_pool``'s and fails).
+    Its second output, the bin maxima's positions for torchvision's backward, has no standard
+    form: a placeholder node (:func:`_argmax_placeholder`) that the exporter drops when nothing
+    reads it, and that :func:`export` refuses otherwise."""
+    import onnxscript
+
+    name, version, domain = _ARGMAX
+    pooled = onnxscript.opset18.MaxRoiPool(input, rois, pooled_shape=[pooled_height,
+                                                                      pooled_width],
+                                           spatial_scale=spatial_scale)
+    return pooled, onnxscript.values.Op(onnxscript.values.Opset(domain, version), name)(pooled)
+
+
+@contextlib.contextmanager
+def _argmax_placeholder() -> Iterator[None]:
+    """The placeholder's schema, registered with ``onnx.defs`` for one export."""
+    name, version, domain = _ARGMAX
+    parameter = onnx.defs.OpSchema.FormalParameter
+    onnx.defs.register_schema(onnx.defs.OpSchema(
+        name, domain, version, inputs=[parameter("pooled", "T")],
+        outputs=[parameter("argmax", "tensor(int64)")],
+        type_constraints=[("T", ["tensor(float)", "tensor(double)", "tensor(float16)"], "")]))
+    try:
+        yield
+    finally:
+        onnx.defs.deregister_schema(name, version, domain)
+
+
+def _refuse_placeholders(model: onnx.ModelProto) -> None:
+    name, _, domain = _ARGMAX
+    if any(node.domain == domain for node in model.graph.node):
+        raise ValueError("dml_onnx.torch.export: the model reads the second output of "
+                         "torch.ops.torchvision.roi_pool (the positions of the bin maxima, "
+                         "for its backward), which has no ONNX form; use "
+                         "torchvision.ops.roi_pool, which returns the pooled values only")
+    kept = [o for o in model.opset_import if o.domain != domain]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+
+
 def _im2col(g: Any, x: Any, kernel_size: Any, dilation: Any, padding: Any,
             stride: Any) -> Any:
     """``F.unfold`` (``aten::im2col``) as ``Unfold``: the same ``[N, C * kh * kw, L]`` layout,
     torch's symmetric padding as start and end padding."""
     pads = symbolic_helper._maybe_get_const(padding, "is")
-    return g.op(f"{DOMAIN}::Unfold", x,
-                window_sizes_i=symbolic_helper._maybe_get_const(kernel_size, "is"),
-                dilations_i=symbolic_helper._maybe_get_const(dilation, "is"),
-                strides_i=symbolic_helper._maybe_get_const(stride, "is"),
-                start_padding_i=pads, end_padding_i=pads)
+    return _dml_node(g, OPERATORS_BY_NAME["Unfold"], [x], {
+        "window_sizes_i": symbolic_helper._maybe_get_const(kernel_size, "is"),
+        "dilations_i": symbolic_helper._maybe_get_const(dilation, "is"),
+        "strides_i": symbolic_helper._maybe_get_const(stride, "is"),
+        "start_padding_i": pads, "end_padding_i": pads})
 
 
 def _as_tuple(value: int | Sequence[int], k: int) -> list[int]:
@@ -199,11 +267,16 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
             table = {getattr(torch.ops.dml_onnx, name).default: _translation(d)
                      for name, d in OPERATORS_BY_NAME.items()}
             table[torch.ops.aten.im2col.default] = _unfold_translation
-            program = torch.onnx.export(model, arguments, kwargs=kwargs, dynamo=True,
-                                        dynamic_shapes=dynamic_shapes, opset_version=opset,
-                                        input_names=input_names, output_names=output_names,
-                                        custom_translation_table=table, verbose=False)
+            if hasattr(torch.ops.torchvision, "roi_pool"):
+                table[torch.ops.torchvision.roi_pool.default] = _roi_pool_translation
+            with _argmax_placeholder():
+                program = torch.onnx.export(model, arguments, kwargs=kwargs, dynamo=True,
+                                            dynamic_shapes=dynamic_shapes,
+                                            opset_version=opset, input_names=input_names,
+                                            output_names=output_names,
+                                            custom_translation_table=table, verbose=False)
             exported = program.model_proto
+            _refuse_placeholders(exported)
         else:
             _register_symbolics()
             names, axes = _dynamic_axes(model, input_names, dynamic_shapes)
