@@ -21,6 +21,7 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
     k = blocks.size
     last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
     lines = X.shape[2] // last_blocks
+    line_index = np.zeros(k, np.int64)  # the line's block index along each leading axis
     for m in range(first, stop):
         y = Y[m]
         y[:] = 0
@@ -31,11 +32,11 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
             hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
             if lo >= hi:
                 continue
+            line_index[:] = 0
             for line in range(lines):
-                rest, start, inside = line, shift + lo * last_stride, True
-                for d in range(k - 2, -1, -1):
-                    p = rest % blocks[d] * strides[d] + offsets[t, d]
-                    rest //= blocks[d]
+                start, inside = shift + lo * last_stride, True
+                for d in range(k - 1):
+                    p = line_index[d] * strides[d] + offsets[t, d]
                     if p < 0 or p >= output[d]:
                         inside = False
                         break
@@ -48,3 +49,10 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
                     else:
                         for i in range(hi - lo):
                             y[np.uint64(start + i * last_stride)] += x[np.uint64(source + i)]
+                d = k - 2  # the next line: row-major over the leading axes, no division
+                while d >= 0:
+                    line_index[d] += 1
+                    if line_index[d] < blocks[d]:
+                        break
+                    line_index[d] = 0
+                    d -= 1
