@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
-from custom_ops._jit import jit
+from custom_ops._jit import jit, parallel_jit
 
 
 @jit
@@ -56,3 +57,10 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
                         break
                     line_index[d] = 0
                     d -= 1
+
+
+@parallel_jit
+def fold_bands(cuts, X, Y, offsets, blocks, strides, output, pitch):
+    """:func:`fold_planes` on the bands of planes ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        fold_planes(X, Y, offsets, blocks, strides, output, pitch, cuts[g], cuts[g + 1])

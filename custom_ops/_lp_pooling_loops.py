@@ -10,8 +10,9 @@ padding only are left out. The innermost loops run over contiguous rows.
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
-from custom_ops._jit import jit
+from custom_ops._jit import jit, parallel_jit
 
 
 @jit
@@ -60,6 +61,14 @@ def pool_planes(X, start_plane, stop_plane, first_tap, stop_tap, strides, dilati
                              high - low)
                 flag |= _roots(sums, p, Y[q, b0, b1])
         unusual[q] = flag
+
+
+@parallel_jit
+def pool_bands(cuts, X, first_tap, stop_tap, strides, dilations, start, p, Y, unusual):
+    """:func:`pool_planes` on the bands of planes ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        pool_planes(X, cuts[g], cuts[g + 1], first_tap, stop_tap, strides, dilations, start, p,
+                    Y, unusual)
 
 
 @jit

@@ -35,6 +35,7 @@ from custom_ops._common import (
     check_ints,
     check_rank,
     compiled,
+    run_bands,
     run_parallel,
 )
 from custom_ops.unfold import window_attributes, window_geometry
@@ -124,11 +125,13 @@ def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> 
     loops = compiled("_fold_loops")
 
     count, size = Y.shape
+    if Y.dtype != np.float16:
+        run_bands(bands(count, planes.size),
+                  lambda first, stop: loops.fold_planes(planes, Y, *tables, first, stop),
+                  lambda cuts: loops.fold_bands(cuts, planes, Y, *tables))
+        return
 
     def fold_band(first: int, stop: int) -> None:
-        if Y.dtype != np.float16:
-            loops.fold_planes(planes, Y, *tables, first, stop)
-            return
         chunk = max(1, CHUNK_BYTES // (4 * size))  # float16: summed in float32, rounded once
         for lo in range(first, stop, chunk):
             hi = min(stop, lo + chunk)

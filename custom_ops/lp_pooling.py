@@ -16,7 +16,6 @@ overflows or loses precision.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -38,7 +37,7 @@ from custom_ops._common import (
     compute_dtype,
     filled,
     memory_limit,
-    run_parallel,
+    run_bands,
     sliding_block_counts,
     tap_ranges,
     work_limit,
@@ -137,12 +136,12 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     unusual = np.zeros(count, bool)
     work = Y.size * sum(len(r) for r in plan.reading) + X.size
 
-    def pool(first: int, stop: int) -> None:
-        loops.pool_planes(planes, first, stop, *plan.loops, p, out, unusual)
-        if p > 2:
-            np.power(out[first:stop], dtype.type(1.0 / p), out=out[first:stop])
-
-    run_parallel([functools.partial(pool, first, stop) for first, stop in bands(count, work)])
+    run_bands(bands(count, work),
+              lambda first, stop: loops.pool_planes(planes, first, stop, *plan.loops, p, out,
+                                                    unusual),
+              lambda cuts: loops.pool_bands(cuts, planes, *plan.loops, p, out, unusual))
+    if p > 2:  # numpy's vectorised power: several times faster than a compiled scalar one
+        np.power(out, dtype.type(1.0 / p), out=out)
     if computed is not Y:
         Y[...] = computed
     if unusual.any():

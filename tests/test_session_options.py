@@ -4,6 +4,9 @@ thread limit."""
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -86,3 +89,73 @@ def test_large_initializers_reach_onnxruntime_as_values_with_the_same_result():
     (want,) = kept.run(None, feeds)
     np.testing.assert_array_equal(handed.run(None, feeds)[0], want)
     assert model.graph.initializer[0].raw_data  # the caller's model keeps its weights
+
+
+def _fold_input() -> tuple[np.ndarray, dict]:
+    """A Fold of several bands of planes (more than two threads' grain of work)."""
+    X = np.random.default_rng(5).standard_normal((4, 16 * 9, 32 * 32)).astype(np.float32)
+    return X, {"window_sizes": (3, 3), "start_padding": (1, 1), "end_padding": (1, 1),
+               "output_size": (32, 32)}
+
+
+@pytest.mark.parametrize("op", ["LpPooling p=2", "LpPooling p=3", "Fold"])
+def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
+    """LpPooling and Fold start their threads from compiled code (run_bands): the result is
+    the same, bit for bit, at any thread count; the launch asks numba for one thread a band."""
+    from custom_ops.fold import fold
+    from custom_ops.lp_pooling import lp_pooling
+    if op == "Fold":
+        X, attributes = _fold_input()
+        run = functools.partial(fold, X, **attributes)
+    else:
+        X = np.random.default_rng(6).standard_normal((2, 8, 12, 20, 20)).astype(np.float32)
+        run = functools.partial(lp_pooling, X, window_size=(3, 3, 3), strides=(2, 1, 1),
+                                start_padding=(1, 0, 1), end_padding=(0, 1, 1),
+                                dilations=(1, 2, 1), p=int(op[-1]))
+    launches = []
+    original = _common.run_bands
+
+    def recording(groups, band, launch):
+        launches.append(len(groups))
+        original(groups, band, launch)
+    monkeypatch.setattr(_common, "THREADS", 4)
+    for module in ("custom_ops.fold", "custom_ops.lp_pooling"):
+        monkeypatch.setattr(f"{module}.run_bands", recording)
+    results = {}
+    for limit in (1, 2, 3):
+        token = _common.thread_limit.set(limit)
+        try:
+            results[limit] = run()
+        finally:
+            _common.thread_limit.reset(token)
+    assert launches == [1, 2, 3]
+    for limit in (2, 3):
+        np.testing.assert_array_equal(results[limit], results[1])
+
+
+def _fold_in_child(queue: multiprocessing.Queue) -> None:
+    from custom_ops.fold import fold
+    X, attributes = _fold_input()
+    queue.put(fold(X, **attributes))
+
+
+def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(monkeypatch):
+    """GNU OpenMP (numba's usual threading layer on Linux) terminates a forked child at its
+    first parallel launch when the parent has launched one: the child runs its bands itself."""
+    from custom_ops.fold import fold
+    monkeypatch.setattr(_common, "THREADS", 4)
+    X, attributes = _fold_input()
+    token = _common.thread_limit.set(2)
+    try:
+        want = fold(X, **attributes)  # a launch of two bands
+    finally:
+        _common.thread_limit.reset(token)
+    assert _common._launch_pid == os.getpid()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_fold_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(got, want)
