@@ -310,30 +310,38 @@ _launch_lock = threading.Lock()
 _launch_pid: int | None = None  # the process that started numba's threads
 
 
-def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None],
-              launch: Callable[[np.ndarray], None]) -> None:
-    """Run consecutive bands ``(start, stop)`` of a compiled loop side by side.
+def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
+    """Start ``threads`` threads from compiled code: ``launch()`` calls a
+    :data:`custom_ops._jit.parallel_jit` driver whose ``prange`` runs one group of a loop's
+    work per iteration. No interpreter lock passes from thread to thread, which costs
+    :func:`run_parallel` some 0.1-0.2 ms per thread on a 16-core server.
 
-    ``launch(cuts)`` calls a :data:`custom_ops._jit.parallel_jit` driver whose ``prange``
-    runs band ``g`` (``cuts[g]:cuts[g + 1]``) on its own thread, started from compiled code:
-    no interpreter lock to pass from thread to thread, which costs :func:`run_parallel` some
-    0.1-0.2 ms per thread on a 16-core server. ``band(start, stop)`` runs one band on the
-    calling thread: for a single band, and in a process forked from one that started numba's
-    threads (GNU OpenMP terminates such a child at its first parallel launch). One launch at
-    a time: numba's fallback threading layer (workqueue) takes no concurrent launches, and
-    each launch uses every thread it may anyway."""
+    Returns False, having run nothing, where the caller runs its groups itself on the calling
+    thread: for one group, and in a process forked from one that launched (GNU OpenMP, numba's
+    threading layer where the system has it, terminates such a child at its first parallel
+    launch). One launch at a time: numba's fallback threading layer (workqueue) takes no
+    concurrent launches, and each launch uses every thread it may anyway."""
     global _launch_pid
-    if len(groups) <= 1 or _launch_pid not in (None, os.getpid()):
-        for start, stop in groups:
-            band(start, stop)
-        return
+    if threads <= 1 or _launch_pid not in (None, os.getpid()):
+        return False
     import numba
 
-    cuts = np.array([start for start, _ in groups] + [groups[-1][1]], np.int64)
     with _launch_lock:
         _launch_pid = os.getpid()
-        numba.set_num_threads(min(len(groups), numba.config.NUMBA_NUM_THREADS))
-        launch(cuts)
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        launch()
+    return True
+
+
+def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None],
+              launch: Callable[[np.ndarray], None]) -> None:
+    """:func:`run_compiled` of consecutive bands ``(start, stop)`` (from :func:`bands`):
+    ``launch(cuts)``'s driver runs band ``g`` as ``cuts[g]:cuts[g + 1]``; ``band(start,
+    stop)`` runs one on the calling thread."""
+    cuts = np.array([start for start, _ in groups] + [groups[-1][1]], np.int64)
+    if not run_compiled(len(groups), lambda: launch(cuts)):
+        for start, stop in groups:
+            band(start, stop)
 
 
 def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,

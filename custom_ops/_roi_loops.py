@@ -22,8 +22,9 @@ or the maximum (NaN wins).
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
-from custom_ops._jit import jit
+from custom_ops._jit import jit, parallel_jit
 
 
 @jit
@@ -325,3 +326,12 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
         for c in range(channels):
             for x in range(width):
                 dX[row // height, c, row % height, x] = dXt[row // height, row % height, x, c]
+
+
+@parallel_jit
+def scatter_bands(cuts, dY, batch, first, size, n, settings, align, linear, average, winners,
+                  dXt, dX):
+    """:func:`scatter_rows` on the bands of rows ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        scatter_rows(dY, batch, first, size, n, settings, align, linear, average, winners,
+                     cuts[g], cuts[g + 1], dXt, dX)

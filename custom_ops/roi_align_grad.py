@@ -40,6 +40,7 @@ from custom_ops._common import (
     compiled,
     compute_dtype,
     interleaved,
+    run_bands,
     run_parallel,
 )
 from custom_ops._roi_grid import (
@@ -199,6 +200,9 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
         return
     n_images, channels, height, width = dX.shape
     dXt = np.empty((n_images, height, width, channels), dX.dtype)  # channels-last sums
-    run_parallel([functools.partial(loops.scatter_rows, grads, plan.batch, plan.first, plan.size,
-                                    plan.n, settings, *flags, winners, start, stop, dXt, dX)
-                  for start, stop in bands(n_images * height, plan.work)])
+    run_bands(bands(n_images * height, plan.work),
+              lambda start, stop: loops.scatter_rows(grads, plan.batch, plan.first, plan.size,
+                                                     plan.n, settings, *flags, winners, start,
+                                                     stop, dXt, dX),
+              lambda cuts: loops.scatter_bands(cuts, grads, plan.batch, plan.first, plan.size,
+                                               plan.n, settings, *flags, winners, dXt, dX))
