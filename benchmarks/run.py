@@ -308,11 +308,9 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
     Not alternated: onnxruntime's worker threads keep spinning for a while after a parallel
     kernel (measured: still slowing down the next call on the same cores 0.2 s later), which
     would slow down the other side's samples, not the call that caused it. Each call's
-    samples follow a pause of :data:`SETTLE` seconds and an untimed call; a peer's session
-    (and its threads) is gone before the next row starts."""
-    inner = [1] * len(calls)
-    if tiny:  # repeat each call in a sample until the sample is long enough to time
-        inner = [max(1, int(SAMPLE_SECONDS / max(_sample(c, 20), 1e-7))) for c in calls]
+    samples follow a pause of :data:`SETTLE` seconds and an untimed call; no call runs before
+    the calls ahead of it are timed, and a peer's session (and its threads) is gone before the
+    next row starts."""
     samples: list[list[float]] = [[] for _ in calls]
     enabled = gc.isenabled()
     gc.disable()
@@ -320,7 +318,10 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
         for k, call in enumerate(calls):
             time.sleep(SETTLE)
             call()
-            samples[k] = [_sample(call, inner[k]) for _ in range(repeat)]
+            inner = 1  # a tiny call repeats in a sample until the sample is long enough to time
+            if tiny:
+                inner = max(1, int(SAMPLE_SECONDS / max(_sample(call, 20), 1e-7)))
+            samples[k] = [_sample(call, inner) for _ in range(repeat)]
     finally:
         if enabled:
             gc.enable()
@@ -384,27 +385,25 @@ def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
     peers = list(row.peers)
     if row.onnxruntime is not None:
         peers.insert(0, _onnxruntime_peer(row, *row.onnxruntime))
-    results, calls = [], [ours]
-    for peer in peers:
-        result = Result(row.name, peer.label, row.target)
-        call = peer.make()
-        if call is None:
-            result.agrees = f"peer missing ({peer.missing} not importable)"
-        else:
-            agrees, diff = peer.agreement.check(ours(), peer.comparable(call()))
-            result.agrees = (f"{'yes' if agrees else 'NO'} ({peer.agreement.describe()}, "
-                             f"max diff {diff:.1e})")
-            calls.append(call)
-        results.append((result, call))
+    made = [(peer, peer.make()) for peer in peers]
+    calls = [ours, *(call for _, call in made if call is not None)]
+    # timed before any peer has run: onnxruntime's workers spin on the cores for a while
+    # after a parallel kernel, which would slow down our samples
     log(f"  timing ours and {len(calls) - 1} peer(s), {repeat} samples each")
     samples = measure(calls, repeat, row.tiny)
     ours_ms, ours_spread = summary(samples[0])
     temp = math.nan if row.tiny else temporaries(lambda: session.run(None, feeds))
     timed = iter(samples[1:])
     out = []
-    for result, call in results:
+    for peer, call in made:
+        result = Result(row.name, peer.label, row.target)
         result.ours_ms, result.ours_spread, result.temporaries = ours_ms, ours_spread, temp
-        if call is not None:
+        if call is None:
+            result.agrees = f"peer missing ({peer.missing} not importable)"
+        else:
+            agrees, diff = peer.agreement.check(ours(), peer.comparable(call()))
+            result.agrees = (f"{'yes' if agrees else 'NO'} ({peer.agreement.describe()}, "
+                             f"max diff {diff:.1e})")
             result.peer_ms, result.peer_spread = summary(next(timed))
         out.append(result)
     return out
