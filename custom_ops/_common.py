@@ -262,7 +262,7 @@ def workers(work: float | None = None) -> int:
 def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
     """``range(count)`` dealt to one group per worker (see :func:`workers`): ``k, k + g,
     k + 2g, ...``, so that items of different cost mix in every group."""
-    groups = max(1, min(workers(work), count))
+    groups = 1 if count <= 1 else min(workers(work), count)
     if groups == 1:
         return [np.arange(count)]
     return [np.arange(k, count, groups) for k in range(groups)]
@@ -271,7 +271,7 @@ def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
 def bands(count: int, work: float | None = None) -> list[tuple[int, int]]:
     """``range(count)`` cut into one run of consecutive items per worker (see
     :func:`workers`), as ``(start, stop)`` pairs."""
-    groups = max(1, min(workers(work), count))
+    groups = 1 if count <= 1 else min(workers(work), count)
     if groups == 1:
         return [(0, count)]
     cuts = [count * k // groups for k in range(groups + 1)]
@@ -286,7 +286,7 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
     Raises the error of the first failing task in ``tasks`` order, as a serial loop would
     (each group stops at its first failure)."""
     global _executor
-    groups = min(workers(), len(tasks))
+    groups = min(workers(), len(tasks)) if len(tasks) > 1 else 1
     if groups <= 1:
         for task in tasks:
             task()
@@ -338,8 +338,10 @@ def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None
     """:func:`run_compiled` of consecutive bands ``(start, stop)`` (from :func:`bands`):
     ``launch(cuts)``'s driver runs band ``g`` as ``cuts[g]:cuts[g + 1]``; ``band(start,
     stop)`` runs one on the calling thread."""
-    cuts = np.array([start for start, _ in groups] + [groups[-1][1]], np.int64)
-    if not run_compiled(len(groups), lambda: launch(cuts)):
+    if len(groups) == 1:  # no launch to decide on (tiny calls)
+        band(*groups[0])
+    elif not run_compiled(len(groups), lambda: launch(
+            np.array([start for start, _ in groups] + [groups[-1][1]], np.int64))):
         for start, stop in groups:
             band(start, stop)
 
