@@ -185,6 +185,34 @@ RULES: dict[str, Callable[[_Node, bool], _Raise]] = {
 """Standard op type -> the rule giving its :class:`_Raise` or raising :class:`_Kept`."""
 
 
+class _Wiring:
+    """Who makes and who reads each value of a graph: what the chain finders walk."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+        self.producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
+        self.readers: dict[str, list[int]] = {}
+        for i, node in enumerate(graph.node):
+            for name in node.input:
+                self.readers.setdefault(name, []).append(i)
+        self.outputs = {o.name for o in graph.output}
+
+    def only_reader(self, name: str, op_type: str) -> int | None:
+        """The one node reading ``name``, if it is an ``op_type`` and ``name`` is not a graph
+        output."""
+        found = self.readers.get(name, [])
+        if len(found) != 1 or name in self.outputs \
+                or self.graph.node[found[0]].op_type != op_type:
+            return None
+        return found[0]
+
+    def made_by(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        """The node making ``name``, if it is an ``op_type``."""
+        index = self.producer.get(name)
+        node = None if index is None else self.graph.node[index]
+        return node if node is not None and node.op_type == op_type else None
+
+
 @dataclass
 class _Chain:
     """A decomposed Lp pooling that torch's exporters write for ``F.lp_pool*d``:
@@ -200,18 +228,8 @@ class _Chain:
 
 def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_Chain]:
     """Every decomposed Lp pooling in ``graph`` whose intermediate values nothing else reads."""
-    producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
-    readers: dict[str, list[int]] = {}
-    for i, node in enumerate(graph.node):
-        for name in node.input:
-            readers.setdefault(name, []).append(i)
-    outputs = {o.name for o in graph.output}
-
-    def only_reader(name: str, op_type: str) -> int | None:
-        found = readers.get(name, [])
-        if len(found) != 1 or name in outputs or graph.node[found[0]].op_type != op_type:
-            return None
-        return found[0]
+    wiring = _Wiring(graph)
+    only_reader, readers = wiring.only_reader, wiring.readers
 
     def scalar(name: str) -> float | None:
         value = constants.get(name)
@@ -221,7 +239,7 @@ def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_
     for a, pool in enumerate(graph.node):
         if pool.op_type != "AveragePool" or pool.domain not in ("", "ai.onnx"):
             continue
-        first = producer.get(pool.input[0])
+        first = wiring.producer.get(pool.input[0])
         if first is None or graph.node[first].op_type != "Pow" \
                 or only_reader(pool.input[0], "AveragePool") is None:
             continue
@@ -229,7 +247,7 @@ def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_
         p = scalar(power.input[1])
         pooled = pool.output[0]
         kinds = sorted(graph.node[i].op_type for i in readers.get(pooled, []))
-        if p is None or kinds != ["Abs", "Sign"] or pooled in outputs:
+        if p is None or kinds != ["Abs", "Sign"] or pooled in wiring.outputs:
             continue
         sign, absolute = sorted(readers[pooled], key=lambda i: graph.node[i].op_type != "Sign")
         relu = only_reader(graph.node[absolute].output[0], "Relu")
@@ -269,25 +287,11 @@ class _UnfoldChain:
 
 
 def _unfold_chains(model: onnx.ModelProto, constants: dict[str, Any]) -> list[_UnfoldChain]:
+    """Every ``F.unfold`` chain in the model whose intermediate values nothing else reads."""
     graph = model.graph
     dims: dict[str, list[int | None]] | None = None
-    producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
-    readers: dict[str, list[int]] = {}
-    for i, node in enumerate(graph.node):
-        for name in node.input:
-            readers.setdefault(name, []).append(i)
-    outputs = {o.name for o in graph.output}
-
-    def only_reader(name: str, op_type: str) -> int | None:
-        found = readers.get(name, [])
-        if len(found) != 1 or name in outputs or graph.node[found[0]].op_type != op_type:
-            return None
-        return found[0]
-
-    def made_by(name: str, op_type: str) -> onnx.NodeProto | None:
-        index = producer.get(name)
-        return graph.node[index] if index is not None and \
-            graph.node[index].op_type == op_type else None
+    wiring = _Wiring(graph)
+    only_reader, made_by = wiring.only_reader, wiring.made_by
 
     def ints(name: str) -> list[int] | None:
         value = constants.get(name)

@@ -381,6 +381,23 @@ def test_export_keeps_dynamic_shapes_on_both_exporter_paths(dynamo):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def _stock_export(module: torch.nn.Module, image: torch.Tensor, dynamo: bool) -> object:
+    """``module`` on ``image`` through torch's own exporter (no dml_onnx symbolics), as an
+    ``onnx.ModelProto``."""
+    import io
+    import warnings
+
+    import onnx
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            return torch.onnx.export(module, (image,), dynamo=True, opset_version=18,
+                                     verbose=False).model_proto
+        buffer = io.BytesIO()
+        torch.onnx.export(module, (image,), buffer, dynamo=False, opset_version=18)
+        return onnx.load_from_string(buffer.getvalue())
+
+
 class _TorchPools(torch.nn.Module):
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (functional.lp_pool2d(image, 2, 3, stride=2),
@@ -392,24 +409,10 @@ class _TorchPools(torch.nn.Module):
 def test_raise_recognises_the_lp_pools_torch_exporters_decompose(dynamo):
     """torch.onnx.export writes F.lp_pool*d as Pow, AveragePool, Sign, Abs, Relu, Mul, Mul,
     Pow; raise turns the even-p ones into LpPooling and says why it keeps p = 3."""
-    import io
-    import warnings
-
-    import onnx
-
     import dml_onnx
     from dml_onnx.raising import raise_model
     image = torch.randn(2, 3, 9, 8, generator=GENERATOR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if dynamo:
-            model = torch.onnx.export(_TorchPools(), (image,), dynamo=True, opset_version=18,
-                                      verbose=False).model_proto
-        else:
-            buffer = io.BytesIO()
-            torch.onnx.export(_TorchPools(), (image,), buffer, dynamo=False, opset_version=18)
-            model = onnx.load_from_string(buffer.getvalue())
-    result = raise_model(model)
+    result = raise_model(_stock_export(_TorchPools(), image, dynamo))
     assert len(result.raised) == 2 and len(result.kept) == 1
     assert "p 3: it sums x^p, LpPooling |x|^p" in next(iter(result.kept.values()))
     op_types = [n.op_type for n in result.model.graph.node]
@@ -430,25 +433,10 @@ class _TorchUnfolds(torch.nn.Module):
 def test_raise_recognises_the_unfolds_torch_exporters_decompose(dynamo):
     """torch.onnx.export writes F.unfold as Pad, Gather, Gather, Transpose, Reshape (index
     tensors as constants, or computed from the input's size); raise makes it Unfold."""
-    import io
-    import warnings
-
-    import onnx
-
     import dml_onnx
     from dml_onnx.raising import raise_model
     image = torch.randn(2, 3, 9, 8, generator=GENERATOR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if dynamo:
-            model = torch.onnx.export(_TorchUnfolds(), (image,), dynamo=True, opset_version=18,
-                                      verbose=False).model_proto
-        else:
-            buffer = io.BytesIO()
-            torch.onnx.export(_TorchUnfolds(), (image,), buffer, dynamo=False,
-                              opset_version=18)
-            model = onnx.load_from_string(buffer.getvalue())
-    result = raise_model(model)
+    result = raise_model(_stock_export(_TorchUnfolds(), image, dynamo))
     assert len(result.raised) == 2 and result.kept == {}
     op_types = [n.op_type for n in result.model.graph.node]
     assert op_types.count("Unfold") == 2 and not {"Pad", "Transpose"} & set(op_types)
