@@ -19,7 +19,7 @@ node left standard comes with the reason.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from dml_onnx.definition import (
     node_label,
 )
 from dml_onnx.form import StandardNode, op_version
-from dml_onnx.graphs import check_structure, element_types, static_dims
+from dml_onnx.graphs import check_structure, element_types, static_dims, subgraphs
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.standard import default_opset, prefix_for, with_functions
 
@@ -185,8 +185,26 @@ RULES: dict[str, Callable[[_Node, bool], _Raise]] = {
 """Standard op type -> the rule giving its :class:`_Raise` or raising :class:`_Kept`."""
 
 
+def _subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    """Every name that a node inside the subgraphs of ``nodes`` (at any depth) reads: values
+    of the outer graph an ``If`` or ``Loop`` body may use by name."""
+    names: set[str] = set()
+    for node in nodes:
+        for graph in subgraphs(node):
+            names.update(name for inner in graph.node for name in inner.input)
+            names.update(o.name for o in graph.output)
+            names |= _subgraph_reads(graph.node)
+    return names
+
+
+def _arg(node: onnx.NodeProto, k: int) -> str:
+    """Input ``k`` of ``node``, or ``""`` where it has none (a malformed model)."""
+    return node.input[k] if k < len(node.input) else ""
+
+
 class _Wiring:
-    """Who makes and who reads each value of a graph: what the chain finders walk."""
+    """Who makes and who reads each value of a graph: what the chain finders walk. Values
+    that a subgraph reads by name count as read from outside, like the graph's outputs."""
 
     def __init__(self, graph: onnx.GraphProto):
         self.graph = graph
@@ -195,7 +213,7 @@ class _Wiring:
         for i, node in enumerate(graph.node):
             for name in node.input:
                 self.readers.setdefault(name, []).append(i)
-        self.outputs = {o.name for o in graph.output}
+        self.outputs = {o.name for o in graph.output} | _subgraph_reads(graph.node)
 
     def only_reader(self, name: str, op_type: str) -> int | None:
         """The one node reading ``name``, if it is an ``op_type`` and ``name`` is not a graph
@@ -287,106 +305,128 @@ class _UnfoldChain:
 
 
 def _unfold_chains(model: onnx.ModelProto, constants: dict[str, Any]) -> list[_UnfoldChain]:
-    """Every ``F.unfold`` chain in the model whose intermediate values nothing else reads."""
+    """Every ``F.unfold`` chain in the model whose intermediate values nothing else reads and
+    that computes exactly what ``Unfold`` computes: all the blocks, in its layout."""
     graph = model.graph
     dims: dict[str, list[int | None]] | None = None
     wiring = _Wiring(graph)
     only_reader, made_by = wiring.only_reader, wiring.made_by
 
+    def attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
+        return next((attribute_value(a) for a in node.attribute if a.name == name), default)
+
     def ints(name: str) -> list[int] | None:
         value = constants.get(name)
-        return None if value is None else [int(v) for v in np.ravel(value)]
+        if value is None or value.dtype.kind not in "iu":
+            return None
+        return [int(v) for v in np.ravel(value)]
+
+    def static(source: str) -> list[int | None]:
+        nonlocal dims
+        dims = static_dims(model) if dims is None else dims
+        found = dims.get(source)
+        return found if found is not None and len(found) == 4 else [None] * 4
+
+    def dimension_of(name: str) -> tuple[str, int] | None:
+        """``(x, axis)`` where ``name`` is ``Gather(Shape(x), axis)``, a scalar or one index."""
+        size = made_by(name, "Gather")
+        shape = size and made_by(_arg(size, 0), "Shape")
+        index = size and ints(_arg(size, 1))
+        if not (shape and index and len(index) == 1 and attribute(size, "axis", 0) == 0
+                and attribute(shape, "start", 0) == 0 and attribute(shape, "end", None) is None):
+            return None
+        return _arg(shape, 0), index[0]
 
     def window(name: str, source: str, axis: int, padding: int) -> tuple[int, ...] | None:
-        """(taps, dilation, stride) of one axis' index tensor ``[taps, blocks]``."""
+        """(taps, dilation, stride) of one axis' index tensor ``[taps, blocks]`` reading every
+        block of the padded axis, or None."""
         value = constants.get(name)
-        if value is not None and value.ndim == 2 and value.size:
+        if value is not None:
+            if value.ndim != 2 or value.dtype.kind not in "iu" or not value.size:
+                return None
             taps, blocks = value.shape
             dilation = int(value[1, 0] - value[0, 0]) if taps > 1 else 1
             stride = int(value[0, 1] - value[0, 0]) if blocks > 1 else 1
-            expected = (np.arange(taps)[:, None] * dilation + np.arange(blocks) * stride)
-            ok = dilation > 0 and stride > 0 and np.array_equal(value, expected)
-            return (taps, dilation, stride) if ok else None
+            size = static(source)[axis]
+            if dilation < 1 or stride < 1 or size is None:
+                return None
+            span = dilation * (taps - 1) + 1
+            expected = np.arange(taps)[:, None] * dilation + np.arange(blocks) * stride
+            every = size + padding >= span and blocks == (size + padding - span) // stride + 1
+            return (taps, dilation, stride) if every and np.array_equal(value, expected) \
+                else None
         add = made_by(name, "Add")  # Unsqueeze(Range(0, size + pads - span, stride)) + offsets
         if add is None:
             return None
         offsets = next((constants[n] for n in add.input if n in constants), None)
-        other = next((n for n in add.input if n not in constants), None)
-        unsqueeze = made_by(other, "Unsqueeze") if other else None
-        if offsets is None or offsets.ndim != 2 or unsqueeze is None \
-                or ints(unsqueeze.input[1]) != [0]:
+        other = next((n for n in add.input if n not in constants), "")
+        unsqueeze = made_by(other, "Unsqueeze")
+        if offsets is None or offsets.ndim != 2 or offsets.shape[1] != 1 \
+                or offsets.dtype.kind not in "iu" or not offsets.size or unsqueeze is None \
+                or ints(_arg(unsqueeze, 1)) != [0]:
             return None
         taps = offsets.shape[0]
         dilation = int(offsets[1, 0] - offsets[0, 0]) if taps > 1 else 1
-        ranged = made_by(unsqueeze.input[0], "Range")
-        if ranged is None or ints(ranged.input[0]) != [0] or not ints(ranged.input[2]) \
-                or not np.array_equal(offsets[:, 0], np.arange(taps) * dilation):
+        ranged = made_by(_arg(unsqueeze, 0), "Range")
+        step = ranged and ints(_arg(ranged, 2))
+        if dilation < 1 or not ranged or ints(_arg(ranged, 0)) != [0] or not step \
+                or step[0] < 1 or not np.array_equal(offsets[:, 0], np.arange(taps) * dilation):
             return None
-        stride = ints(ranged.input[2])[0]
-        sub = made_by(ranged.input[1], "Sub")
-        grown = sub and made_by(sub.input[0], "Add")
-        size = grown and made_by(grown.input[0], "Gather")
-        shape = size and made_by(size.input[0], "Shape")
-        if not (shape and shape.input[0] == source and ints(size.input[1]) == [axis]
-                and ints(grown.input[1]) == [padding]
-                and ints(sub.input[1]) == [dilation * (taps - 1)]):
+        sub = made_by(_arg(ranged, 1), "Sub")
+        grown = sub and made_by(_arg(sub, 0), "Add")
+        if not (grown and dimension_of(_arg(grown, 0)) == (source, axis)
+                and ints(_arg(grown, 1)) == [padding]
+                and ints(_arg(sub, 1)) == [dilation * (taps - 1)]):
             return None
-        return taps, dilation, stride
+        return taps, dilation, step[0]
 
-    def flattens(name: str, source: str, taps: int) -> bool:
-        """Whether ``name``, a Reshape's shape, is ``[N, C * taps, -1]`` of ``source``: a
-        constant where N and C are known, or what TorchScript computes from its shape."""
-        nonlocal dims
-        value = ints(name)
+    def flattens(reshape: onnx.NodeProto, source: str, taps: int) -> bool:
+        """Whether the Reshape makes ``[N, C * taps, L]`` of ``source``: a constant shape
+        where N and C are known, or what TorchScript computes from ``source``'s shape."""
+        value = ints(_arg(reshape, 1))
         if value is not None:
-            dims = static_dims(model) if dims is None else dims
-            n, c = (dims.get(source) or [None, None])[:2]
-            return None not in (n, c) and value in ([n, c * taps, -1], [0, c * taps, -1])
-        concat = made_by(name, "Concat")
+            n, c = static(source)[:2]
+            zero = [0] if not attribute(reshape, "allowzero", 0) else []
+            return None not in (n, c) and len(value) == 3 and value[0] in [n, *zero] \
+                and value[1:] == [c * taps, -1]
+        concat = made_by(_arg(reshape, 1), "Concat")
         if concat is None or len(concat.input) != 3 or ints(concat.input[2]) != [-1]:
             return False
         batch, channels = (made_by(n, "Unsqueeze") for n in concat.input[:2])
-        scaled = channels and made_by(channels.input[0], "Mul")
-        if not (batch and scaled and ints(scaled.input[1]) == [taps]
-                and ints(batch.input[1]) == ints(channels.input[1]) == [0]):
-            return False
-        sizes = made_by(batch.input[0], "Gather"), made_by(scaled.input[0], "Gather")
-        shapes = [size and ints(size.input[1]) == [axis] and made_by(size.input[0], "Shape")
-                  for axis, size in enumerate(sizes)]
-        return all(shape and shape.input[0] == source for shape in shapes)
+        scaled = channels and made_by(_arg(channels, 0), "Mul")
+        return bool(batch and scaled and ints(_arg(scaled, 1)) == [taps]
+                    and ints(_arg(batch, 1)) == ints(_arg(channels, 1)) == [0]
+                    and dimension_of(_arg(batch, 0)) == (source, 0)
+                    and dimension_of(_arg(scaled, 0)) == (source, 1))
 
     chains = []
     for p, pad in enumerate(graph.node):
-        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.input) < 2:
-            continue
+        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.input) < 2 \
+                or _arg(pad, 3) or attribute(pad, "mode", "constant") != "constant":
+            continue  # Pad's axes input would reorder the pads
         pads = ints(pad.input[1])
-        mode = next((attribute_value(a) for a in pad.attribute if a.name == "mode"),
-                    "constant")
-        if pads is None or len(pads) != 8 or pads[:2] != [0, 0] or pads[4:6] != [0, 0] \
-                or mode != "constant" or (len(pad.input) > 2 and pad.input[2]
-                                          and any(ints(pad.input[2]) or [1])):
+        fill = constants.get(_arg(pad, 2)) if _arg(pad, 2) else np.zeros(1)
+        if pads is None or fill is None or len(pads) != 8 or pads[:2] != [0, 0] \
+                or pads[4:6] != [0, 0] or min(pads) < 0 or np.any(fill != 0):
             continue
         rows = only_reader(pad.output[0], "Gather")
         columns = None if rows is None else only_reader(graph.node[rows].output[0], "Gather")
         swap = None if columns is None else \
             only_reader(graph.node[columns].output[0], "Transpose")
         flat = None if swap is None else only_reader(graph.node[swap].output[0], "Reshape")
-        if flat is None:
+        if flat is None or attribute(graph.node[rows], "axis", 0) != 2 \
+                or attribute(graph.node[columns], "axis", 0) != 4 \
+                or attribute(graph.node[swap], "perm", None) != [0, 1, 2, 4, 3, 5] \
+                or _arg(graph.node[rows], 0) != pad.output[0]:
             continue
-        axis = {n: next((attribute_value(a) for a in graph.node[n].attribute
-                         if a.name == "axis"), 0) for n in (rows, columns)}
-        perm = next((attribute_value(a) for a in graph.node[swap].attribute
-                     if a.name == "perm"), None)
-        if axis != {rows: 2, columns: 4} or perm != [0, 1, 2, 4, 3, 5] \
-                or graph.node[rows].input[0] != pad.output[0]:
-            continue
-        height = window(graph.node[rows].input[1], pad.input[0], 2, pads[2] + pads[6])
-        width = window(graph.node[columns].input[1], pad.input[0], 3, pads[3] + pads[7])
-        if height is None or width is None or not flattens(
-                graph.node[flat].input[1], pad.input[0], height[0] * width[0]):
+        source = pad.input[0]
+        height = window(_arg(graph.node[rows], 1), source, 2, pads[2] + pads[6])
+        width = window(_arg(graph.node[columns], 1), source, 3, pads[3] + pads[7])
+        if height is None or width is None \
+                or not flattens(graph.node[flat], source, height[0] * width[0]):
             continue
         chains.append(_UnfoldChain(
-            [p, rows, columns, swap, flat], node_label(graph.node[flat]), pad.input[0],
+            [p, rows, columns, swap, flat], node_label(graph.node[flat]), source,
             {"window_sizes": [height[0], width[0]], "dilations": [height[1], width[1]],
              "strides": [height[2], width[2]], "start_padding": pads[2:4],
              "end_padding": pads[6:8]}))
@@ -446,9 +486,13 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         freed.update(chain.constants)
         result.raised.append(chain.label)
     for unfold in _unfold_chains(model, constants):
-        replacements[unfold.nodes[-1]] = OPERATORS_BY_NAME["Unfold"].make_node(
-            [unfold.source], [model.graph.node[unfold.nodes[-1]].output[0]],
-            name=unfold.label or None, **unfold.attributes)
+        try:
+            replacements[unfold.nodes[-1]] = OPERATORS_BY_NAME["Unfold"].make_node(
+                [unfold.source], [model.graph.node[unfold.nodes[-1]].output[0]],
+                name=unfold.label or None, **unfold.attributes)
+        except (TypeError, ValueError) as error:
+            result.kept[unfold.label] = f"attributes outside Unfold's range: {error}"
+            continue
         chained.update(unfold.nodes)
         freed.update(name for i in unfold.nodes for name in model.graph.node[i].input)
         result.raised.append(unfold.label)
@@ -512,6 +556,7 @@ def _prune_unread(model: onnx.ModelProto, freed: set[str]) -> None:
     graph = model.graph
     overridable = {t.name for t in graph.initializer} if model.ir_version >= 4 else set()
     kept = {o.name for o in graph.output} | {i.name for i in graph.input} - overridable
+    kept |= _subgraph_reads(graph.node)
     nodes = list(graph.node)
     while True:
         read = {name for node in nodes for name in node.input} | kept

@@ -165,11 +165,31 @@ def test_raise_takes_col2im_sizes_given_as_overridable_graph_inputs():
         session.run(None, FEEDS | {"image_shape": numpy_helper.to_array(image_shape)})
 
 
+def test_raise_keeps_the_constants_a_subgraph_still_reads():
+    """Col2Im's block shape becomes an attribute, but an If branch also reads the Constant by
+    name: it stays, and the model still runs."""
+    model = _standard_model()
+    branch = helper.make_graph([helper.make_node("Identity", ["block_shape"], ["branch"])],
+                               "branch", [], [_value("branch", TensorProto.INT64, None)])
+    model.graph.node.extend([
+        helper.make_node("Constant", [], ["yes"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("If", ["yes"], ["block_again"], then_branch=branch,
+                         else_branch=branch)])
+    model.graph.output.append(_value("block_again", TensorProto.INT64, None))
+    result = raise_model(model)
+    assert "col2im" in result.raised
+    assert "block_shape" in {o for n in result.model.graph.node for o in n.output}
+    _assert_same(dml_onnx.InferenceSession(result.model).run(None, FEEDS), _plain(model))
+
+
 def _unfold_chain_model(*, rows: np.ndarray | None = None, perm: tuple = (0, 1, 2, 4, 3, 5),
-                        shape: tuple = (2, 3 * 6, -1), pad_read_twice: bool = False
+                        shape: tuple = (2, 3 * 6, -1), pad_read_twice: bool = False,
+                        pad_inputs: tuple = (), read_in_subgraph: bool = False
                         ) -> onnx.ModelProto:
     """The chain torch's exporters write for F.unfold(image, (2, 3), dilation=(1, 2),
-    padding=(1, 0), stride=(2, 1)) over image [2, 3, 12, 12]: taps x blocks index tensors."""
+    padding=(1, 0), stride=(2, 1)) over image [2, 3, 12, 12]: taps x blocks index tensors.
+    ``pad_inputs``: the Pad's constant value and axes (None: left out); ``read_in_subgraph``:
+    an If branch also reads the padded image."""
     if rows is None:
         rows = np.arange(2)[:, None] * 1 + np.arange(7) * 2  # 12 + 2 pad rows, 7 blocks
     columns = np.arange(3)[:, None] * 2 + np.arange(8) * 1  # 12 columns, 8 blocks
@@ -177,8 +197,11 @@ def _unfold_chain_model(*, rows: np.ndarray | None = None, perm: tuple = (0, 1, 
                  "columns": columns, "shape": np.array(shape, np.int64)}
     nodes = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
         np.asarray(value, np.int64))) for name, value in constants.items()]
+    extra = [f"pad_input_{k}" if value is not None else "" for k, value in enumerate(pad_inputs)]
+    nodes += [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value))
+              for name, value in zip(extra, pad_inputs) if value is not None]
     nodes += [
-        helper.make_node("Pad", ["image", "pads"], ["padded"], name="pad"),
+        helper.make_node("Pad", ["image", "pads", *extra], ["padded"], name="pad"),
         helper.make_node("Gather", ["padded", "rows"], ["by_rows"], axis=2),
         helper.make_node("Gather", ["by_rows", "columns"], ["blocks"], axis=4),
         helper.make_node("Transpose", ["blocks"], ["taps_first"], perm=list(perm)),
@@ -187,6 +210,14 @@ def _unfold_chain_model(*, rows: np.ndarray | None = None, perm: tuple = (0, 1, 
     if pad_read_twice:
         nodes.append(helper.make_node("Identity", ["padded"], ["padded_too"]))
         outputs.append(_value("padded_too", TensorProto.FLOAT, None))
+    if read_in_subgraph:
+        branch = helper.make_graph([helper.make_node("Identity", ["padded"], ["branch"])],
+                                   "branch", [], [_value("branch", TensorProto.FLOAT, None)])
+        nodes += [helper.make_node("Constant", [], ["yes"],
+                                   value=numpy_helper.from_array(np.array(True))),
+                  helper.make_node("If", ["yes"], ["branched"], then_branch=branch,
+                                   else_branch=branch)]
+        outputs.append(_value("branched", TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "unfold", [_value("image", TensorProto.FLOAT,
                                                         [2, 3, 12, 12])], outputs)
     return helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
@@ -217,6 +248,10 @@ def test_raise_turns_the_exporters_unfold_chain_into_unfold():
     {"perm": (0, 1, 2, 3, 4, 5)},
     {"rows": np.array([[0, 2, 4, 6, 8, 10, 13], [1, 3, 5, 7, 9, 11, 12]])},  # not a window
     {"pad_read_twice": True},
+    {"read_in_subgraph": True},  # an If branch reads the padded image by name
+    {"rows": np.arange(2)[:, None] + np.arange(3) * 2},  # only the first 3 of the 7 blocks
+    {"pad_inputs": (np.array(0.5, np.float32),)},  # padding with 0.5, not 0
+    {"pad_inputs": (None, np.array([0, 1, 2, 3], np.int64))},  # axes (could reorder pads)
 ])
 def test_raise_leaves_a_gather_chain_that_is_not_exactly_an_unfold(variation):
     model = _unfold_chain_model(**variation)

@@ -159,3 +159,25 @@ def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(mon
     child.join(timeout=60)
     assert child.exitcode == 0
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("user_setting", [None, ("OMP_WAIT_POLICY", "active"),
+                                          ("GOMP_SPINCOUNT", "5")])
+def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_setting,
+                                                                         monkeypatch):
+    """numba's threading layer loads (and GNU OpenMP reads its environment) in
+    set_num_threads: the first launch sets GOMP_SPINCOUNT around it, then removes it."""
+    import numba
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    if user_setting:
+        monkeypatch.setenv(*user_setting)
+    seen = []
+    monkeypatch.setattr(_common, "_launch_pid", None)
+    monkeypatch.setattr(numba, "set_num_threads",
+                        lambda n: seen.append(os.environ.get("GOMP_SPINCOUNT")))
+    for _ in range(2):
+        assert _common.run_compiled(2, lambda: None)
+    want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
+    assert seen == [want if user_setting else _common.SPIN_COUNT, want]
+    assert os.environ.get("GOMP_SPINCOUNT") == want
