@@ -259,6 +259,29 @@ def workers(work: float | None = None) -> int:
     return allowed if work is None else max(1, min(allowed, int(work // GRAIN)))
 
 
+def serial_work() -> float:
+    """The most work (values read) that a call now does on the calling thread alone: any
+    amount where it may use one thread, else below two :data:`GRAIN` (see :func:`workers`);
+    never above :func:`work_limit`, which larger calls check first."""
+    return min(work_limit(), math.inf if workers() == 1 else 2 * GRAIN - 1)
+
+
+class LayoutMemo:
+    """The last input layout (a key of shapes and element types) that passed a prepared
+    kernel's checks: later calls with the same layout skip them. A race only repeats a check;
+    a key is stored after its check passed."""
+
+    __slots__ = ("key",)
+
+    def __init__(self) -> None:
+        self.key: object = None
+
+    def check(self, key: object, check: Callable[[], object]) -> None:
+        if key != self.key:
+            check()
+            self.key = key
+
+
 def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
     """``range(count)`` dealt to one group per worker (see :func:`workers`): ``k, k + g,
     k + 2g, ...``, so that items of different cost mix in every group."""

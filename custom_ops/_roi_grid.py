@@ -54,6 +54,12 @@ class Sampling:
     def average(self) -> bool:
         return self.reduction == "average"
 
+    @functools.cached_property
+    def scales(self) -> np.ndarray:
+        """``[spatial_scale_y, spatial_scale_x]`` (float64; the loops round them to the
+        compute type)."""
+        return np.array([self.scale_y, self.scale_x])
+
 
 @functools.lru_cache(maxsize=256)
 def check_sampling(op: str, node: str, *, reduction_function: str, interpolation_mode: str,
@@ -107,12 +113,17 @@ def check_region_layout(op: str, node: str, dtype: np.dtype, rois: np.ndarray,
     if any(d != 1 for d in batch_indices.shape[:-1]):
         raise KernelError(op, node, "batch_indices shape", list(batch_indices.shape),
                           "is not [R] or [R] with leading 1s up to rank 4")
-    boxes = rois.reshape(-1, 4)
-    indices = batch_indices.reshape(-1)
+    boxes, indices = region_arrays(rois, batch_indices)
     if indices.size != boxes.shape[0]:
         raise KernelError(op, node, "batch_indices length", indices.size,
                           f"differs from the {boxes.shape[0]} regions of rois")
     return boxes, indices
+
+
+def region_arrays(rois: np.ndarray, batch_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rois`` as ``[R, 4]`` and ``batch_indices`` as ``[R]`` (their layout checked)."""
+    return (rois if rois.ndim == 2 else rois.reshape(-1, 4),
+            batch_indices if batch_indices.ndim == 1 else batch_indices.reshape(-1))
 
 
 def batch_index_error(op: str, node: str, r: int, index: np.integer,
@@ -160,23 +171,23 @@ class Plan:
                  dtype: np.dtype):
         loops = compiled("_roi_loops")
 
-        self.sampling, self.dtype, self.output_size = sampling, np.dtype(dtype), output_size
+        self.sampling, self.dtype, self.output_size = sampling, dtype, output_size
         regions = len(indices)
-        self.first = np.empty((2, regions), self.dtype)
-        self.size = np.empty((2, regions), self.dtype)
+        self.first = np.empty((2, regions), dtype)
+        self.size = np.empty((2, regions), dtype)
         self.n = np.empty((2, regions), np.int64)
-        self.batch = indices.astype(np.int64)  # a uint64 beyond int64 wraps below 0: refused
-        scales = np.array([sampling.scale_y, sampling.scale_x], self.dtype)
+        self.batch = np.ascontiguousarray(indices, np.int64)  # a uint64 beyond int64 wraps
+        # below 0: refused
         problem, r, axis, amount = loops.plan_regions(
-            np.ascontiguousarray(boxes, self.dtype), self.batch, int(image_shape[0]), scales,
-            np.array(output_size, np.int64), sampling.minimum, sampling.maximum,
-            SAMPLE_LIMIT, self.first, self.size, self.n)
+            np.ascontiguousarray(boxes, dtype), self.batch, int(image_shape[0]),
+            sampling.scales, output_size, sampling.minimum, sampling.maximum, SAMPLE_LIMIT,
+            self.first, self.size, self.n)
         if problem == 1:
             raise batch_index_error(op, node, r, indices[r], int(image_shape[0]))
         if problem == 2:
             raise region_not_finite(op, node, r, boxes[r])
         if problem == 3:
-            raise scaled_region_overflow(op, node, r, boxes[r], sampling, self.dtype)
+            raise scaled_region_overflow(op, node, r, boxes[r], sampling, dtype)
         if problem == 4:
             raise KernelError(op, node, f"rois[{r}] samples along {'yx'[axis]}", int(amount),
                               f"are above the implementation limit {SAMPLE_LIMIT}; lower "

@@ -31,12 +31,12 @@ from custom_ops._jit import jit, parallel_jit
 def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit, first, size,
                  n):
     """Check regions ``boxes [R, 4]`` (``ct``) and ``batch [R]`` against ``images`` images,
-    and fill ``first``, ``size`` and ``n`` (``scales``: ``[spatial_scale_y, spatial_scale_x]``
-    in ``ct``; ``outputs``: ``[OH, OW]``). Returns ``(problem, r, axis, samples)``: problem 0
-    and the number of samples (a float) when every region is fine, else the first problem
-    found in this order: 1 a batch index outside ``[0, images)``, 2 a corner that is not
-    finite, 3 a scaled size that is not finite, 4 more than ``limit`` samples along an axis
-    (y's regions first)."""
+    and fill ``first``, ``size`` and ``n`` (``scales``: ``[spatial_scale_y, spatial_scale_x]``,
+    rounded to ``ct`` here; ``outputs``: ``(OH, OW)``). Returns ``(problem, r, axis,
+    samples)``: problem 0 and the number of samples (a float) when every region is fine,
+    else the first problem found in this order: 1 a batch index outside ``[0, images)``, 2 a
+    corner that is not finite, 3 a scaled size that is not finite, 4 more than ``limit``
+    samples along an axis (y's regions first)."""
     ct = first.dtype.type
     regions = boxes.shape[0]
     for r in range(regions):
@@ -48,9 +48,10 @@ def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit,
                 return 2, r, 0, 0.0
     for r in range(regions):
         for axis in range(2):
-            start = boxes[r, 1 - axis] * scales[axis]
+            scale = ct(scales[axis])
+            start = boxes[r, 1 - axis] * scale
             first[axis, r] = start
-            size[axis, r] = boxes[r, 3 - axis] * scales[axis] - start
+            size[axis, r] = boxes[r, 3 - axis] * scale - start
         if not (np.isfinite(size[0, r]) and np.isfinite(size[1, r])):
             return 3, r, 0, 0.0
     for axis in range(2):
@@ -64,6 +65,25 @@ def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit,
     for r in range(regions):
         samples += np.float64(n[0, r] * outputs[0]) * np.float64(n[1, r] * outputs[1])
     return 0, 0, 0, samples
+
+
+@jit
+def small_forward(Xt, boxes, batch, scales, minimum, maximum, limit, serial_work, settings,
+                  align, linear, average, Y):
+    """:func:`forward` on every region in one call with its plan (a small call's one compiled
+    call), where :func:`plan_regions` finds every region fine and the work (samples times
+    channels) is at most ``serial_work``. Returns whether ``Y`` is done; when not, the
+    caller plans the call (and raises the plan's problem)."""
+    regions = boxes.shape[0]
+    first = np.empty((2, regions), settings.dtype)
+    size = np.empty((2, regions), settings.dtype)
+    n = np.empty((2, regions), np.int64)
+    problem, _, _, amount = plan_regions(boxes, batch, Xt.shape[0], scales, Y.shape[2:],
+                                         minimum, maximum, limit, first, size, n)
+    if problem or amount * Xt.shape[3] > serial_work:
+        return False
+    forward(Xt, batch, first, size, n, np.arange(regions), settings, align, linear, average, Y)
+    return True
 
 
 @jit

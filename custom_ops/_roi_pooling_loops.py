@@ -94,6 +94,25 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, Y):
 
 
 @jit
+def small_pool(Xt, rois, scale, serial_work, Y):
+    """:func:`pool_regions` on every region in one call with its geometry (a small call's one
+    compiled call), where :func:`region_geometry` finds every row fine and the pixels read
+    times the channels are at most ``serial_work``. Returns whether ``Y`` is done; when not,
+    the caller computes the geometry (and raises a row's error)."""
+    regions = rois.shape[0]
+    _, _, ph, pw = Y.shape
+    batch = np.empty(regions, np.int64)
+    hs, he = np.empty((regions, ph), np.int64), np.empty((regions, ph), np.int64)
+    ws, we = np.empty((regions, pw), np.int64), np.empty((regions, pw), np.int64)
+    status, pixels = region_geometry(rois, scale, Xt.shape[0], Xt.shape[1], Xt.shape[2], batch,
+                                     hs, he, ws, we)
+    if status != GEOMETRY_OK or pixels * Xt.shape[3] > serial_work:
+        return False
+    pool_regions(Xt, batch, hs, he, ws, we, np.arange(regions), Y)
+    return True
+
+
+@jit
 def argmax_regions(Xt, batch, hs, he, ws, we, Y):
     """Like :func:`pool_regions`, but ``Y[r, c, i, j]`` is the flat position in
     ``X [N, C, H, W]`` of the value the bin's maximum took (the first maximum in row-major

@@ -23,11 +23,13 @@ work limit on ``samples x channels``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from custom_ops._common import (
+    LayoutMemo,
     channels_last,
     check_float_input,
     check_ints,
@@ -36,17 +38,21 @@ from custom_ops._common import (
     compute_dtype,
     interleaved,
     run_parallel,
+    serial_work,
 )
 from custom_ops._roi_grid import (
+    SAMPLE_LIMIT,
     Plan,
     Sampling,
     check_image_shape,
     check_region_layout,
     check_regions,
     check_sampling,
+    region_arrays,
 )
 
 OP = "RoiAlign1"
+COMPUTE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _check_all(node: str, output_size: Sequence[int], out_of_bounds_input_value: float,
@@ -57,18 +63,20 @@ def _check_all(node: str, output_size: Sequence[int], out_of_bounds_input_value:
     return (size[0], size[1]), params, float(out_of_bounds_input_value)
 
 
-def check_attributes(*, node: str, output_size: Sequence[int], reduction_function: str,
-                     interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
-                     input_pixel_offset: float, output_pixel_offset: float,
-                     out_of_bounds_input_value: float, minimum_samples_per_output: int,
-                     maximum_samples_per_output: int, align_regions_to_corners: int) -> None:
-    _check_all(node, output_size, out_of_bounds_input_value,
-               reduction_function=reduction_function, interpolation_mode=interpolation_mode,
-               spatial_scale_x=spatial_scale_x, spatial_scale_y=spatial_scale_y,
-               input_pixel_offset=input_pixel_offset, output_pixel_offset=output_pixel_offset,
-               minimum_samples_per_output=minimum_samples_per_output,
-               maximum_samples_per_output=maximum_samples_per_output,
-               align_regions_to_corners=align_regions_to_corners)
+def check_attributes(*, node: str, **attributes: Any) -> None:
+    """Raise :class:`~custom_ops._common.KernelError` for a bad attribute of
+    :func:`roi_align1`."""
+    _check_all(node, **attributes)
+
+
+def prepare(*, node: str = "", **attributes: Any
+            ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """:func:`roi_align1` for one node, its attributes (keywords of :func:`roi_align1`)
+    checked once: ``run(X, rois, batch_indices) -> Y``."""
+    size, sampling, out_of_bounds = _check_all(node, **attributes)
+    settings = {t: np.array([sampling.output_pixel_offset, sampling.input_pixel_offset,
+                             out_of_bounds], t) for t in COMPUTE_TYPES}
+    return functools.partial(_run, node, size, sampling, settings, LayoutMemo())
 
 
 def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
@@ -78,31 +86,48 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
                minimum_samples_per_output: int, maximum_samples_per_output: int,
                align_regions_to_corners: int, node: str = "") -> np.ndarray:
     """Crop ``R`` regions of ``X [N, C, H, W]`` and resample each to ``[C, OH, OW]``."""
-    (oh, ow), sampling, out_of_bounds = _check_all(
-        node, output_size, out_of_bounds_input_value, reduction_function=reduction_function,
+    return prepare(
+        node=node, output_size=output_size, reduction_function=reduction_function,
         interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
         spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
         output_pixel_offset=output_pixel_offset,
+        out_of_bounds_input_value=out_of_bounds_input_value,
         minimum_samples_per_output=minimum_samples_per_output,
         maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)
-    X, rois, batch_indices = np.asarray(X), np.asarray(rois), np.asarray(batch_indices)
+        align_regions_to_corners=align_regions_to_corners)(X, rois, batch_indices)
+
+
+def _check_inputs(node: str, X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray
+                  ) -> None:
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (4,))
     check_image_shape(OP, node, "X", X.shape)
-    boxes, indices = check_region_layout(OP, node, X.dtype, rois, batch_indices)
+    check_region_layout(OP, node, X.dtype, rois, batch_indices)
+
+
+def _run(node: str, size: tuple[int, int], sampling: Sampling,
+         settings: dict[np.dtype, np.ndarray], layout: LayoutMemo, X: np.ndarray,
+         rois: np.ndarray, batch_indices: np.ndarray) -> np.ndarray:
+    X, rois, batch_indices = np.asarray(X), np.asarray(rois), np.asarray(batch_indices)
+    layout.check((X.shape, X.dtype, rois.shape, rois.dtype, batch_indices.shape,
+                  batch_indices.dtype), lambda: _check_inputs(node, X, rois, batch_indices))
+    boxes, indices = region_arrays(rois, batch_indices)
     dtype = compute_dtype(X.dtype)
-    Y = np.empty((len(indices), X.shape[1], oh, ow), dtype)
+    Y = np.empty((len(indices), X.shape[1], *size), dtype)
     if Y.size == 0:
         check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
         return Y.astype(X.dtype)
-    plan = Plan(OP, node, X.shape, boxes, indices, sampling, (oh, ow), dtype)
     loops = compiled("_roi_loops")
 
     Xt = channels_last(X, dtype)
-    settings = plan.settings(out_of_bounds)
-    run_parallel([functools.partial(loops.forward, Xt, plan.batch, plan.first, plan.size, plan.n,
-                                    regions, settings, sampling.align_corners, sampling.linear,
-                                    sampling.average, Y)
+    flags = sampling.align_corners, sampling.linear, sampling.average
+    if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
+                           np.ascontiguousarray(indices, np.int64), sampling.scales,
+                           sampling.minimum, sampling.maximum, SAMPLE_LIMIT, serial_work(),
+                           settings[dtype], *flags, Y):
+        return Y.astype(X.dtype, copy=False)
+    plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
+    run_parallel([functools.partial(loops.forward, Xt, plan.batch, plan.first, plan.size,
+                                    plan.n, regions, settings[dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
     return Y.astype(X.dtype, copy=False)

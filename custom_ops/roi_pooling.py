@@ -26,13 +26,14 @@ raises the first row's error or computes the edges exactly in Python integers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
 
 from custom_ops._common import (
     KernelError,
+    LayoutMemo,
     channels_last,
     check_finite,
     check_float_input,
@@ -42,8 +43,10 @@ from custom_ops._common import (
     compiled,
     compute_dtype,
     interleaved,
+    memory_limit,
     round_half_away,
     run_parallel,
+    serial_work,
 )
 
 OP = "RoiPooling"
@@ -124,26 +127,48 @@ def _raise_first_error(node: str, rois: np.ndarray, ids: np.ndarray, scaled: np.
             raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]), rule)
 
 
+def prepare(*, node: str = "", pooled_size: Sequence[int], spatial_scale: float = 1.0
+            ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """:func:`roi_pooling` for one node, its attributes checked once: ``run(X, rois) -> Y``."""
+    if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
+        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    pooled = _attributes(node, tuple(np.ravel(pooled_size).tolist()), float(spatial_scale))
+    return functools.partial(_run, node, pooled, float(spatial_scale), LayoutMemo())
+
+
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
                 spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
     """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
-    if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
-        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
-    if type(pooled_size) is not tuple:
-        pooled_size = tuple(np.ravel(pooled_size).tolist())
-    ph_count, pw_count = _attributes(node, pooled_size, float(spatial_scale))
-    X = np.asarray(X)
-    rois = check_inputs(node, X, np.asarray(rois))
+    return prepare(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)(X, rois)
+
+
+def _check_layout(node: str, X: np.ndarray, rois: np.ndarray, pooled: tuple[int, int]) -> None:
+    """:func:`check_inputs`, and the memory of the bin edges and of ``Y``."""
+    regions = check_inputs(node, X, rois).shape[0]
+    check_memory(OP, node, "temporary bin edges", (max(regions, 1), max(pooled)), np.int64)
+    check_memory(OP, node, "output Y", (regions, X.shape[1], *pooled), X.dtype)
+
+
+def _run(node: str, pooled: tuple[int, int], spatial_scale: float, layout: LayoutMemo,
+         X: np.ndarray, rois: np.ndarray) -> np.ndarray:
+    X, rois = np.asarray(X), np.asarray(rois)
+    layout.check((memory_limit(), X.shape, X.dtype, rois.shape, rois.dtype),
+                 lambda: _check_layout(node, X, rois, pooled))
+    rows = rois if rois.ndim == 2 else rois.reshape(-1, 5)
     n, c, h, w = X.shape
-    r = rois.shape[0]
     ctype = compute_dtype(X.dtype)
-    check_memory(OP, node, "temporary bin edges", (max(r, 1), max(ph_count, pw_count)),
-                 np.int64)
-    check_memory(OP, node, "output Y", (r, c, ph_count, pw_count), X.dtype)
-    geometry, pixels = _geometry(node, rois, n, h, w, ph_count, pw_count, spatial_scale)
-    if min(r, c, h, w) == 0:
-        return np.zeros((r, c, ph_count, pw_count), X.dtype)
-    return _pool(X, ctype, geometry, pixels * c).astype(X.dtype, copy=False)
+    Y = np.empty((rows.shape[0], c, *pooled), ctype)
+    if Y.size and h and w:
+        loops = compiled("_roi_pooling_loops")
+        Xt = channels_last(X, ctype)
+        if loops.small_pool(Xt, np.ascontiguousarray(rows, ctype), ctype.type(spatial_scale),
+                            serial_work(), Y):
+            return Y.astype(X.dtype, copy=False)
+    geometry, pixels = _geometry(node, rows, n, h, w, *pooled, spatial_scale)
+    if Y.size == 0 or h == 0 or w == 0:
+        return np.zeros(Y.shape, X.dtype)
+    _pool(Xt, geometry, pixels * c, Y)
+    return Y.astype(X.dtype, copy=False)
 
 
 def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
@@ -225,16 +250,12 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
             np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
-def _pool(X: np.ndarray, ctype: np.dtype, geometry: tuple[np.ndarray, ...], work: float
-          ) -> np.ndarray:
-    """The bin maxima ``[R, C, PH, PW]`` in ``ctype``, by the compiled loop over a
-    channels-last copy of X (each pixel's ``C`` values contiguous), regions split over
+def _pool(Xt: np.ndarray, geometry: tuple[np.ndarray, ...], work: float, Y: np.ndarray
+          ) -> None:
+    """The bin maxima into ``Y [R, C, PH, PW]`` (the compute type) by the compiled loop over
+    the channels-last ``Xt`` (each pixel's ``C`` values contiguous), regions split over
     threads; ``work``: the values the bins read."""
     loops = compiled("_roi_pooling_loops")
 
-    batch, hs, he, ws, we = geometry
-    Y = np.empty((batch.size, X.shape[1], hs.shape[1], ws.shape[1]), ctype)
-    source = channels_last(X, ctype)
-    run_parallel([functools.partial(loops.pool_regions, source, *geometry, part, Y)
-                  for part in interleaved(batch.size, work)])
-    return Y
+    run_parallel([functools.partial(loops.pool_regions, Xt, *geometry, part, Y)
+                  for part in interleaved(Y.shape[0], work)])

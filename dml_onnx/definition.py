@@ -13,6 +13,7 @@ Shapes inside this package are lists of dims, each an ``int`` (known), a ``str``
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
 import threading
@@ -170,6 +171,10 @@ class OpDefinition:
     """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})
     """Extra keyword arguments of the kernel derived from which outputs a node requests."""
+    prepare: Callable[..., Callable[..., Any]] | None = None
+    """``prepare(node=..., **attributes)``: the kernel with its attributes checked once, a
+    callable of the inputs alone (for repeated calls of one node); ``None``: the kernel takes
+    its attributes on every call."""
     check_signature: Callable[..., None] = field(default=lambda **_: None)
     """``check_signature(node=, inputs=, outputs=, attributes=)``: rules on which optional
     inputs and outputs a node has (lists of booleans); raises ``ValueError``."""
@@ -356,15 +361,19 @@ class OpDefinition:
         List attributes are passed as tuples, so that kernels can memoise on them.
         """
         options = self._call_options(attributes, node, outputs_present)
-        kernel = self.kernel
         fitted: list[Any] = [None]  # the last input shapes and memory limit that passed
+        prepared: list[Callable[..., Any] | None] = [None]
 
         def run(inputs: Sequence[np.ndarray | None]) -> tuple[np.ndarray | None, ...]:
             key = (memory_limit(), *(None if a is None else (a.shape, a.dtype) for a in inputs))
             if key != fitted[0]:
                 self.check_output_memory(inputs, attributes, node, outputs_present)
                 fitted[0] = key
-            result = kernel(*inputs, **options)
+            kernel = prepared[0]
+            if kernel is None:  # bad attributes raise here, on every call
+                kernel = prepared[0] = (self.prepare(**options) if self.prepare else
+                                        functools.partial(self.kernel, **options))
+            result = kernel(*inputs)
             return result if isinstance(result, tuple) else (result,)
         return run
 

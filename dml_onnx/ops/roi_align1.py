@@ -250,6 +250,7 @@ DEFINITION = OpDefinition(
         *SAMPLING_ATTRIBUTES[6:],
     ),
     kernel=kernel.roi_align1,
+    prepare=kernel.prepare,
     check_attributes=kernel.check_attributes,
     reference=reference.roi_align1,
     infer_shapes=_infer_shapes,

@@ -287,6 +287,7 @@ DEFINITION = OpDefinition(
         Attribute("spatial_scale", "float", "Multiplier of the ROI coordinates.", 1.0),
     ),
     kernel=kernel.roi_pooling,
+    prepare=kernel.prepare,
     check_attributes=kernel.check_attributes,
     reference=reference.roi_pooling,
     infer_shapes=_infer_shapes,
