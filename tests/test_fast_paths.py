@@ -4,12 +4,16 @@ setting the size that selects it, or by an input that needs it."""
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import numpy as np
 import pytest
 
 import custom_ops._common as common
 import custom_ops.fold as fold_module
 import custom_ops.lp_pooling as lp_module
+import custom_ops.roi_align1 as roi_align_module
 import custom_ops.roi_pooling as roi_module
 import custom_ops.unfold as unfold_module
 from custom_ops import KernelError
@@ -137,6 +141,77 @@ def test_roi_pooling_invalid_rows_raise_on_either_path(row, field):
         with pytest.raises(KernelError, match=field.replace("[", r"\[")):
             roi_module.roi_pooling(x, np.array(rows, np.float32), pooled_size=(2, 2),
                                    spatial_scale=4.0)
+
+
+def _roi_align_call(dtype):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 11, 9)).astype(dtype)
+    boxes = (rng.random((30, 4)) * [9, 11, 9, 11]).astype(dtype)
+    boxes[:, 2:] += boxes[:, :2]  # some regions reach beyond the image
+    batch = rng.integers(0, 2, 30).astype(np.int32)
+    return functools.partial(roi_align_module.roi_align1, x, boxes, batch, output_size=(3, 2),
+                             reduction_function="average", interpolation_mode="linear",
+                             spatial_scale_x=0.75, spatial_scale_y=1.25,
+                             input_pixel_offset=0.5, output_pixel_offset=-0.5,
+                             out_of_bounds_input_value=0.0, minimum_samples_per_output=1,
+                             maximum_samples_per_output=3, align_regions_to_corners=0)
+
+
+def _roi_pooling_call(dtype):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 5, 11, 9)).astype(dtype)
+    return functools.partial(roi_module.roi_pooling, x, _rois(rng, 30, 2, 11).astype(dtype),
+                             pooled_size=(3, 2), spatial_scale=0.75)
+
+
+@pytest.mark.parametrize("call", [_roi_align_call, _roi_pooling_call])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_roi_small_calls_and_threaded_calls_agree(call, dtype, monkeypatch):
+    """A small ROI call plans and runs in one compiled call; a larger one plans first and then
+    splits its regions over threads. Both give the same bits."""
+    run = call(dtype)
+    module = sys.modules[run.func.__module__]
+    groups = []
+    original = common.interleaved
+    monkeypatch.setattr(module, "interleaved",
+                        lambda *args: groups.append(original(*args)) or groups[-1])
+    small = run()
+    assert groups == []  # one compiled call
+    monkeypatch.setattr(module, "serial_work", lambda: 0)  # no call is small
+    monkeypatch.setattr(common, "THREADS", 4)
+    monkeypatch.setattr(common, "GRAIN", 1)
+    np.testing.assert_array_equal(run(), small)
+    assert len(groups) == 1 and len(groups[0]) == 4
+
+
+def test_a_prepared_kernel_checks_every_new_input_layout():
+    """A prepared kernel skips the checks of a layout that passed them, and only of that one."""
+    run = roi_module.prepare(node="pool", pooled_size=(2, 2), spatial_scale=1.0)
+    x, rois = np.zeros((1, 2, 4, 4), np.float32), np.array([[0, 0, 0, 3, 3]], np.float32)
+    assert run(x, rois).shape == (1, 2, 2, 2)
+    with pytest.raises(KernelError, match="rois element type"):
+        run(x, rois.astype(np.float64))
+    with pytest.raises(KernelError, match="rois shape"):
+        run(x, rois[:, :4])
+    previous = common.set_memory_limit(8)
+    try:
+        with pytest.raises(KernelError, match="above the memory limit"):
+            run(x, rois)
+    finally:
+        common.set_memory_limit(previous)
+    assert run(x, rois).shape == (1, 2, 2, 2)
+    align = roi_align_module.prepare(
+        node="align", output_size=(2, 2), reduction_function="max",
+        interpolation_mode="linear", spatial_scale_x=1.0, spatial_scale_y=1.0,
+        input_pixel_offset=0.5, output_pixel_offset=-0.5, out_of_bounds_input_value=0.0,
+        minimum_samples_per_output=1, maximum_samples_per_output=2, align_regions_to_corners=0)
+    boxes, batch = rois[:, 1:], np.zeros(1, np.int64)
+    assert align(x, boxes, batch).shape == (1, 2, 2, 2)
+    for bad, field in (((x, boxes, batch.astype(np.float32)), "batch_indices element type"),
+                       ((x, boxes, np.zeros(2, np.int64)), "batch_indices length"),
+                       ((x[0], boxes, batch), "X rank")):
+        with pytest.raises(KernelError, match=field):
+            align(*bad)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
