@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
 
 from custom_ops._common import (
     KernelError,
+    LayoutMemo,
     WindowGeometry,
     as_key,
     bands,
@@ -89,23 +90,38 @@ def check_input(node: str, X: np.ndarray, window: Sequence[int], blocks: Sequenc
                           f"is not the block count {count} of output_size {list(output_size)}")
 
 
+def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[int] = (),
+            dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
+            end_padding: Sequence[int] = (), output_size: Sequence[int]
+            ) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`fold` for one node, its attributes checked once: ``run(X) -> Y``."""
+    geometry, output = _geometry(node, *map(as_key, (window_sizes, strides, dilations,
+                                                     start_padding, end_padding, output_size)))
+    return functools.partial(_run, node, geometry, output, _loop_tables(geometry, output),
+                             LayoutMemo())
+
+
 def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
          dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
          end_padding: Sequence[int] = (), output_size: Sequence[int], node: str = ""
          ) -> np.ndarray:
     """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
+    return prepare(node=node, window_sizes=window_sizes, strides=strides, dilations=dilations,
+                   start_padding=start_padding, end_padding=end_padding,
+                   output_size=output_size)(X)
+
+
+def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
+         tables: tuple[np.ndarray, ...], layout: LayoutMemo, X: np.ndarray) -> np.ndarray:
     X = np.asarray(X)
-    attributes = tuple(map(as_key, (window_sizes, strides, dilations, start_padding,
-                                     end_padding, output_size)))
-    geometry, output = _geometry(node, *attributes)
-    check_input(node, X, geometry.window, geometry.blocks, output)
+    layout.check((X.shape, X.dtype),
+                 lambda: check_input(node, X, geometry.window, geometry.blocks, output))
     n, rows, length = X.shape
-    taps = math.prod(geometry.window)
+    taps = len(tables[0])  # the offsets of every window tap
     c = rows // taps
     Y = np.empty((n * c, math.prod(output)), X.dtype)
     if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
-        planes = np.ascontiguousarray(X).reshape(n * c, taps, length)
-        _fold(planes, Y, _loop_tables(geometry, output))
+        _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables)
     return Y.reshape(n, c, *output)
 
 

@@ -93,12 +93,15 @@ def test_an_interrupt_or_exit_inside_a_kernel_comes_out_of_run_as_itself(stop):
         import dml_onnx
         from tests.test_adversarial import POOL, ROIS, X
         definition = dml_onnx.OPERATORS_BY_NAME["RoiPooling"]
-        kernel, stop = definition.kernel, [True]
-        def stopping(*args, **kwargs):
-            if stop[0]:
-                raise {stop}
-            return kernel(*args, **kwargs)
-        object.__setattr__(definition, "kernel", stopping)
+        prepare, stop = definition.prepare, [True]
+        def stopping(**attributes):
+            kernel = prepare(**attributes)
+            def run(*inputs):
+                if stop[0]:
+                    raise {stop}
+                return kernel(*inputs)
+            return run
+        object.__setattr__(definition, "prepare", stopping)
         session = dml_onnx.InferenceSession(POOL)
         try:
             session.run(None, {{"X": X, "rois": ROIS}})

@@ -177,6 +177,7 @@ DEFINITION = OpDefinition(
     attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES,
                 Attribute("output_size", "ints", "Spatial sizes [O1, ..., Ok] of Y.")),
     kernel=kernel.fold,
+    prepare=kernel.prepare,
     check_attributes=kernel.check_attributes,
     reference=reference.fold,
     infer_shapes=_infer_shapes,
