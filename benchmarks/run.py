@@ -47,7 +47,7 @@ from dml_onnx.conformance import single_node_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
-SETTLE = 0.02
+SETTLE = 0.3
 """Seconds of pause before each side's samples."""
 threads = 0
 """Threads every side may use (``--threads``; 0: each library's default)."""
@@ -306,7 +306,8 @@ def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
     first).
 
     Not alternated: onnxruntime's worker threads keep spinning for a while after a parallel
-    kernel (measured: still slowing down the next call on the same cores 0.2 s later), which
+    kernel (measured: still slowing down the next call on the same cores 0.2 s later; on the
+    16-core server a peer's spinning made the next row's LpPooling 3-D 5x slower), which
     would slow down the other side's samples, not the call that caused it. Each call's
     samples follow a pause of :data:`SETTLE` seconds and an untimed call; no call runs before
     the calls ahead of it are timed, and a peer's session (and its threads) is gone before the

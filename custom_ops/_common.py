@@ -8,6 +8,7 @@ for: ``"<Op> '<node>': <field> <value> <rule>"``. The process-wide memory limit 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -15,7 +16,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import NamedTuple
@@ -332,10 +333,27 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
 _launch_lock = threading.Lock()
 _launch_pid: int | None = None  # the process that started numba's threads
 SPIN_COUNT = "10000"
-"""``GOMP_SPINCOUNT`` while numba loads GNU OpenMP (unless the user set it or
-``OMP_WAIT_POLICY``): its threads then wait actively for some microseconds after a launch
-instead of the default 300,000 spins, which took the core that the next onnxruntime node
-needed (2-core machine, Conv -> LpPooling -> Conv: 12.3 ms against 8.3 ms)."""
+"""``GOMP_SPINCOUNT`` while GNU OpenMP loads (unless the user set it or ``OMP_WAIT_POLICY``):
+its threads then wait actively for some microseconds after a launch instead of the default
+300,000 spins, which took the cores that the next onnxruntime node (and the next kernel's
+Python threads) needed: Conv -> LpPooling -> Conv took 12.3 against 9.0 ms on the 2-core
+machine, and 12.6 against 5.9 ms on the 16-core server."""
+
+
+@contextlib.contextmanager
+def short_openmp_spin() -> Iterator[None]:
+    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` for the block, unless the user chose how
+    OpenMP threads wait; then remove it. GNU OpenMP reads it once, as the library loads: wrap
+    the first import or call that loads it (numba's threading layer; torch's own OpenMP,
+    which numba then shares, loads when onnxruntime-extensions imports torch)."""
+    chosen = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys()
+    if not chosen:
+        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    try:
+        yield
+    finally:
+        if not chosen:
+            os.environ.pop("GOMP_SPINCOUNT", None)
 
 
 def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
@@ -355,15 +373,10 @@ def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
     import numba
 
     with _launch_lock:
-        spin = _launch_pid is None and not {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys()
-        _launch_pid = os.getpid()
-        if spin:  # read once, as numba loads its threading layer (set_num_threads does)
-            os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
-        try:
+        first, _launch_pid = _launch_pid is None, os.getpid()
+        # numba loads its threading layer in its first set_num_threads
+        with short_openmp_spin() if first else contextlib.nullcontext():
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        finally:
-            if spin:
-                del os.environ["GOMP_SPINCOUNT"]
         launch()
     return True
 

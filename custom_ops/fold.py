@@ -97,8 +97,8 @@ def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[in
     """:func:`fold` for one node, its attributes checked once: ``run(X) -> Y``."""
     geometry, output = _geometry(node, *map(as_key, (window_sizes, strides, dilations,
                                                      start_padding, end_padding, output_size)))
-    return functools.partial(_run, node, geometry, output, _loop_tables(geometry, output),
-                             LayoutMemo())
+    tables = functools.cache(lambda: _loop_tables(geometry, output))  # for the first data
+    return functools.partial(_run, node, geometry, output, tables, LayoutMemo())
 
 
 def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
@@ -112,16 +112,17 @@ def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] =
 
 
 def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
-         tables: tuple[np.ndarray, ...], layout: LayoutMemo, X: np.ndarray) -> np.ndarray:
+         tables: Callable[[], tuple[np.ndarray, ...]], layout: LayoutMemo, X: np.ndarray
+         ) -> np.ndarray:
     X = np.asarray(X)
     layout.check((X.shape, X.dtype),
                  lambda: check_input(node, X, geometry.window, geometry.blocks, output))
     n, rows, length = X.shape
-    taps = len(tables[0])  # the offsets of every window tap
+    taps = math.prod(geometry.window)
     c = rows // taps
     Y = np.empty((n * c, math.prod(output)), X.dtype)
     if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
-        _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables)
+        _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables())
     return Y.reshape(n, c, *output)
 
 

@@ -16,8 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnxruntime
-import onnxruntime_extensions
-from onnxruntime_extensions import PyCustomOpDef, _ocos
+
+from custom_ops._common import short_openmp_spin
+
+with short_openmp_spin():  # it imports torch where installed, which loads its OpenMP
+    import onnxruntime_extensions
+    from onnxruntime_extensions import PyCustomOpDef, _ocos
 
 SUPPORTED_EXTENSIONS = ">=0.13,!=0.14.0,<=0.15.2"
 """The onnxruntime-extensions versions the test suite passed on (as in pyproject.toml)."""
