@@ -22,6 +22,7 @@ from custom_ops._common import short_openmp_spin
 with short_openmp_spin():  # it imports torch where installed, which loads its OpenMP
     import onnxruntime_extensions
     from onnxruntime_extensions import PyCustomOpDef, _ocos
+    from onnxruntime_extensions import get_library_path as get_library_path  # re-exported
 
 SUPPORTED_EXTENSIONS = ">=0.13,!=0.14.0,<=0.15.2"
 """The onnxruntime-extensions versions the test suite passed on (as in pyproject.toml)."""

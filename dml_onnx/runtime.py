@@ -48,7 +48,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime_extensions import PyCustomOpDef, get_library_path
 
 from custom_ops import KernelError
 from custom_ops._common import thread_limit
@@ -62,7 +61,14 @@ from dml_onnx.graphs import (
     subgraphs,
 )
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
-from dml_onnx.private_api import declare_pyop, extension_hook, install_hook, session_run
+from dml_onnx.private_api import (
+    PyCustomOpDef,
+    declare_pyop,
+    extension_hook,
+    get_library_path,
+    install_hook,
+    session_run,
+)
 from dml_onnx.schemas import register_schemas
 
 _logger = logging.getLogger("dml_onnx")
