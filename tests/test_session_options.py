@@ -7,7 +7,11 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -181,3 +185,30 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
     want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
     assert seen == [want if user_setting else _common.SPIN_COUNT, want]
     assert os.environ.get("GOMP_SPINCOUNT") == want
+
+
+@pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
+def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting):
+    """onnxruntime-extensions imports torch where installed, which loads torch's OpenMP (that
+    numba then shares): dml_onnx imports it only with GOMP_SPINCOUNT set, unless the user
+    chose; a fresh interpreter records the variable as the import happens."""
+    code = textwrap.dedent("""
+        import importlib.abc, os, sys
+        seen = []
+        class Watch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "onnxruntime_extensions":
+                    seen.append(os.environ.get("GOMP_SPINCOUNT"))
+        sys.meta_path.insert(0, Watch())
+        import dml_onnx.runtime
+        print(seen, os.environ.get("GOMP_SPINCOUNT"))
+        """)
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if user_setting:
+        name, value = user_setting.split("=")
+        env[name] = value
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
+    kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
+    during = kept if user_setting else _common.SPIN_COUNT
+    assert done.stdout.split() == [f"[{during!r}]", str(kept)]
