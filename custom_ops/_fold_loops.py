@@ -17,12 +17,18 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
     ``pitch[d] = prod(output[d + 1:])``. The value at ``(t, b)`` is added at the position
     ``p_d = b_d * strides[d] + offsets[t, d]`` when every ``p_d`` lies in ``[0, output[d])``
     (``offsets[t, d] = i_d * dilation_d - start_d``). Per plane, taps go in order and each
-    tap's values in block order: one run per line of the block grid along the last axis.
+    tap's values in block order: one run per line of the block grid along the last axis, the
+    lines of each row range along the second-last axis clipped to the output beforehand.
     """
     k = blocks.size
     last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
-    lines = X.shape[2] // last_blocks
-    line_index = np.zeros(k, np.int64)  # the line's block index along each leading axis
+    # the second-last axis (rows of lines), read once: stores into Y may alias any array
+    rows, row_stride, row_pitch, row_size = 1, 1, 0, 1
+    if k > 1:
+        rows, row_stride, row_pitch, row_size = (blocks[k - 2], strides[k - 2], pitch[k - 2],
+                                                 output[k - 2])
+    groups = X.shape[2] // last_blocks // rows  # combinations of the leading axes
+    lead_index = np.zeros(max(k - 2, 0), np.int64)  # the group's block index per leading axis
     for m in range(first, stop):
         y = Y[m]
         y[:] = 0
@@ -31,31 +37,36 @@ def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
             shift = offsets[t, k - 1]
             lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...
             hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
-            if lo >= hi:
+            row_shift = offsets[t, k - 2] if k > 1 else 0  # likewise the rows
+            first_row = max(0, -(row_shift // row_stride))
+            stop_row = min(rows, -((row_shift - row_size) // row_stride))
+            if lo >= hi or first_row >= stop_row:
                 continue
-            line_index[:] = 0
-            for line in range(lines):
-                start, inside = shift + lo * last_stride, True
-                for d in range(k - 1):
-                    p = line_index[d] * strides[d] + offsets[t, d]
+            lead_index[:] = 0
+            for group in range(groups):
+                base, inside = shift + lo * last_stride, True
+                for d in range(k - 2):
+                    p = lead_index[d] * strides[d] + offsets[t, d]
                     if p < 0 or p >= output[d]:
                         inside = False
                         break
-                    start += p * pitch[d]
+                    base += p * pitch[d]
                 if inside:  # unsigned indices: no negative-index wrap, vector instructions
-                    source = line * last_blocks + lo
-                    if last_stride == 1:
-                        for i in range(hi - lo):
-                            y[np.uint64(start + i)] += x[np.uint64(source + i)]
-                    else:
-                        for i in range(hi - lo):
-                            y[np.uint64(start + i * last_stride)] += x[np.uint64(source + i)]
-                d = k - 2  # the next line: row-major over the leading axes, no division
+                    for row in range(first_row, stop_row):
+                        start = base + (row * row_stride + row_shift) * row_pitch
+                        source = (group * rows + row) * last_blocks + lo
+                        if last_stride == 1:
+                            for i in range(hi - lo):
+                                y[np.uint64(start + i)] += x[np.uint64(source + i)]
+                        else:
+                            for i in range(hi - lo):
+                                y[np.uint64(start + i * last_stride)] += x[np.uint64(source + i)]
+                d = k - 3  # the next group: row-major over the leading axes, no division
                 while d >= 0:
-                    line_index[d] += 1
-                    if line_index[d] < blocks[d]:
+                    lead_index[d] += 1
+                    if lead_index[d] < blocks[d]:
                         break
-                    line_index[d] = 0
+                    lead_index[d] = 0
                     d -= 1
 
 
