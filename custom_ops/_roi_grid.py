@@ -176,8 +176,8 @@ class Plan:
         self.first = np.empty((2, regions), dtype)
         self.size = np.empty((2, regions), dtype)
         self.n = np.empty((2, regions), np.int64)
-        self.batch = np.ascontiguousarray(indices, np.int64)  # a uint64 beyond int64 wraps
-        # below 0: refused
+        # a uint64 index beyond int64 wraps below 0, which the plan refuses
+        self.batch = np.ascontiguousarray(indices, np.int64)
         problem, r, axis, amount = loops.plan_regions(
             np.ascontiguousarray(boxes, dtype), self.batch, int(image_shape[0]),
             sampling.scales, output_size, sampling.minimum, sampling.maximum, SAMPLE_LIMIT,

@@ -16,8 +16,9 @@ Output ``(oy, ox)`` reduces (average or max) its ``n_y * n_x`` samples. A sample
 and read bilinearly or at ``floor(v + 0.5)``. float16 is computed in float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops` over a channels-last copy of
-X, regions split over threads. Limits: ``SAMPLE_LIMIT`` samples per region and axis, and the
-work limit on ``samples x channels``.
+X, regions split over threads; a call small enough for one thread plans and runs in one
+compiled call. :func:`prepare` checks a node's attributes once. Limits: ``SAMPLE_LIMIT``
+samples per region and axis, and the work limit on ``samples x channels``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ float16's own max; numpy's float16 maximum is slow).
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_pooling_loops` check the rows and
 compute every bin edge in int64, then pool over a channels-last copy of X (contiguous runs of
-``C`` values), regions split over threads. Rows that are invalid or lie beyond
+``C`` values), regions split over threads (a call small enough for one thread: both in one
+compiled call). Rows that are invalid or lie beyond
 :data:`~custom_ops._roi_pooling_loops.EXACT` take a vectorised numpy path instead, which
 raises the first row's error or computes the edges exactly in Python integers.
 """
