@@ -13,11 +13,27 @@ from dml_onnx.definition import DOMAIN, OPSET_VERSION
 from dml_onnx.form import NotEquivalent
 from dml_onnx.ops import BUILDERS, OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.runtime import InferenceSession, register_runtime_ops, to_runtime_model
 from dml_onnx.schemas import deregister_schemas, register_schemas
 from dml_onnx.standard import lower_model, with_functions
 
 __version__ = "0.1.0"
+
+_RUNTIME_NAMES = ("InferenceSession", "register_runtime_ops", "to_runtime_model")
+"""Imported from :mod:`dml_onnx.runtime` on first use: it imports onnxruntime-extensions, which
+imports torch where installed (0.8 s), so that ``import dml_onnx`` and the CLI start fast."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _RUNTIME_NAMES:
+        from dml_onnx import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'dml_onnx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_RUNTIME_NAMES})
+
 
 globals().update(BUILDERS)  # roi_pooling, roi_align1, ... : one per operator of the table
 

@@ -39,7 +39,6 @@ from dml_onnx.form import DIRECTML_VERSIONS, op_version
 from dml_onnx.graphs import load_model
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.runtime import InferenceSession
 from dml_onnx.standard import lower_model, with_functions
 
 
@@ -282,6 +281,8 @@ def run_case(case: Case, *, providers: Sequence[str] = ("CPUExecutionProvider",)
     names = list(case.expected)
     try:
         if any(n.domain == DOMAIN for n in case.model.graph.node):
+            from dml_onnx.runtime import InferenceSession  # imports onnxruntime-extensions
+
             runner: Any = (InferenceSession(case.model) if runtime == "onnxruntime"
                            else ReferenceEvaluator(case.model))
         else:

@@ -119,6 +119,29 @@ def test_conformance_run_passes_on_the_committed_suite():
         assert f"| {definition.name} |" in result.stdout
 
 
+def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tmp_path):
+    """``--help`` imports neither onnxruntime-extensions nor torch; ``conformance run`` imports
+    the extension (its sessions need it) with torch hidden, and torch imports normally after."""
+    shutil.copytree(ROOT / "models" / "test_unfold_seed_1", tmp_path / "test_unfold_seed_1")
+    code = (
+        "import contextlib, importlib.util, io, sys\n"
+        "from dml_onnx.cli import main\n"
+        "loaded = lambda: [m for m in ('torch', 'onnxruntime_extensions') if m in sys.modules]\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "print(loaded())\n"
+        f"assert main(['conformance', 'run', {str(tmp_path)!r}, '--quiet']) == 0\n"
+        "print(loaded())\n"
+        "if importlib.util.find_spec('torch'):\n"
+        "    import torch\n"
+        "    assert torch.ones(2).sum().item() == 2\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "[]"
+    assert done.stdout.splitlines()[-1] == "['onnxruntime_extensions']"
+
+
 def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
     for name in ("test_unfold_seed_1", "test_unfold_seed_1_expanded"):
         shutil.copytree(ROOT / "models" / name, tmp_path / name)

@@ -1,0 +1,103 @@
+"""Session creation: ``dml_onnx.InferenceSession`` against plain onnxruntime on one detector.
+
+    python benchmarks/session.py [--repeat N] [--threads K]
+
+torchvision's ``maskrcnn_resnet50_fpn`` (random weights, 3x320x320 image; needs the ``torch``
+extra) is exported by torch's TorchScript exporter, whose file has eight ``RoiAlign`` nodes,
+and raised by :func:`dml_onnx.raising.raise_model` to eight ``RoiAlign1`` nodes. Both files
+are saved; the script prints the median time to create a session from each path (plain
+onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one), their ratio,
+and each session's first run, all in the same process with the same thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import dml_onnx
+from dml_onnx.raising import raise_model
+
+
+def _export(folder: Path) -> tuple[Path, Path, np.ndarray]:
+    """The stock and the raised Mask R-CNN files in ``folder``, and an image to feed."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.detection.maskrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=91, min_size=320, max_size=320).eval()
+    image = torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(1))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
+    stock = onnx.load_from_string(buffer.getvalue())
+    raised = raise_model(stock)
+    counts = [sum(n.op_type == op for n in m.graph.node)
+              for m, op in ((stock, "RoiAlign"), (raised.model, "RoiAlign1"))]
+    print(f"Mask R-CNN: {counts[0]} RoiAlign nodes in the stock file, "
+          f"{counts[1]} RoiAlign1 in the raised one")
+    paths = folder / "stock.onnx", folder / "raised.onnx"
+    onnx.save(stock, paths[0])
+    onnx.save(raised.model, paths[1])
+    return *paths, image.numpy()
+
+
+def _median_seconds(make: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        make()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads of both sessions (0: onnxruntime's default)")
+    args = parser.parse_args()
+
+    def options() -> ort.SessionOptions:
+        made = ort.SessionOptions()
+        made.intra_op_num_threads = args.threads
+        return made
+
+    with tempfile.TemporaryDirectory() as folder:
+        stock, raised, image = _export(Path(folder))
+        makers = {
+            "onnxruntime, stock file": lambda: ort.InferenceSession(
+                str(stock), options(), providers=["CPUExecutionProvider"]),
+            "dml_onnx, raised file": lambda: dml_onnx.InferenceSession(
+                str(raised), options(), providers=["CPUExecutionProvider"]),
+        }
+        for make in makers.values():  # imports, numba's cache, onnxruntime's first session
+            warm = make()
+            warm.run(None, {warm.get_inputs()[0].name: image})
+        created = {name: _median_seconds(make, args.repeat) for name, make in makers.items()}
+        for name, make in makers.items():
+            session = make()
+            feeds = {session.get_inputs()[0].name: image}
+            start = time.perf_counter()
+            session.run(None, feeds)
+            first = time.perf_counter() - start
+            print(f"{name}: created in {created[name] * 1e3:.0f} ms (median of {args.repeat}), "
+                  f"first run {first * 1e3:.0f} ms")
+    ratio = created["dml_onnx, raised file"] / created["onnxruntime, stock file"]
+    print(f"creation ratio dml_onnx / onnxruntime: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
