@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import onnx
@@ -20,23 +20,43 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     Raises ``ValueError`` naming the file for what is not an ONNX model: a path that is not a
     regular file (a directory, FIFO or device is never read), an empty file, bytes protobuf
     cannot parse (a string that is not UTF-8 included), a message without an IR version or a
-    graph; ``OSError`` for a file that
-    cannot be opened.
+    graph; ``OSError`` for a file that cannot be opened.
     """
     if isinstance(model, onnx.ModelProto):
         return model
+    what, path = model_source(model)
+    if path is None:
+        return parse_model(bytes(model), what, None)
+    return _checked(what, lambda: onnx.load(what))
+
+
+def model_source(model: str | os.PathLike | bytes) -> tuple[str, Path | None]:
+    """What errors call a path or bytes, and the path (``None`` for bytes); raises
+    ``ValueError`` for a path that is not a regular file or is empty."""
     if isinstance(model, (bytes, bytearray)):
-        what, serialized = f"{len(model)} bytes", bytes(model)
-    else:
-        path = Path(os.fspath(model))
-        what = str(path)
-        if path.exists() and not path.is_file():
-            raise ValueError(f"{what} is not a regular file")
-        if path.is_file() and path.stat().st_size == 0:
-            raise ValueError(f"{what} is empty")
-        serialized = None
+        return f"{len(model)} bytes", None
+    path = Path(os.fspath(model))
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file")
+    if path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty")
+    return str(path), path
+
+
+def parse_model(data: bytes, what: str, path: Path | None) -> onnx.ModelProto:
+    """The ModelProto serialized in ``data``, its external data read next to ``path`` (the
+    file ``data`` came from, ``None`` for none); raises as :func:`load_model`."""
+    def parse() -> onnx.ModelProto:
+        proto = onnx.load_from_string(data)
+        if path is not None:
+            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        return proto
+    return _checked(what, parse)
+
+
+def _checked(what: str, load: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
     try:
-        proto = onnx.load(what) if serialized is None else onnx.load_from_string(serialized)
+        proto = load()
     except (DecodeError, UnicodeDecodeError) as error:  # a string field that is not UTF-8
         raise ValueError(f"{what} is not an ONNX model ({error})") from None
     if not proto.ir_version or not proto.HasField("graph"):
@@ -48,20 +68,24 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
 def _check_strings(message: Message, what: str) -> None:
     """Raise ``ValueError`` for a string field that is not UTF-8: ONNX files are proto2,
     whose parser hands such a string over as bytes (or fails later, on reading it)."""
-    for field in message.DESCRIPTOR.fields:  # not ListFields: it copies every bytes field
-        if field.type not in (field.TYPE_MESSAGE, field.TYPE_STRING):
-            continue
-        value = getattr(message, field.name)
-        singular = isinstance(value, (Message, str, bytes))
+    if message.DESCRIPTOR is onnx.TensorProto.DESCRIPTOR:  # ListFields copies raw_data
+        fields = [(field, getattr(message, field.name)) for field in _TENSOR_TEXT_FIELDS]
+    else:
+        fields = message.ListFields()
+    for field, value in fields:
         if field.type == field.TYPE_MESSAGE:
-            if not singular or message.HasField(field.name):
-                for item in [value] if singular else value:
-                    _check_strings(item, what)
-            continue
-        for item in [value] if singular else value:
-            if not isinstance(item, str):
-                raise ValueError(f"{what} is not an ONNX model (field "
-                                 f"{field.full_name} {item!r} is not UTF-8)")
+            for item in [value] if isinstance(value, Message) else value:
+                _check_strings(item, what)
+        elif field.type == field.TYPE_STRING and not isinstance(value, str):
+            for item in [value] if isinstance(value, bytes) else value:
+                if not isinstance(item, str):
+                    raise ValueError(f"{what} is not an ONNX model (field {field.full_name} "
+                                     f"{item!r} is not UTF-8)")
+
+
+_TENSOR_TEXT_FIELDS = tuple(field for field in onnx.TensorProto.DESCRIPTOR.fields
+                            if field.type in (field.TYPE_MESSAGE, field.TYPE_STRING))
+"""The message and string fields of a TensorProto (an unset message reads as empty)."""
 
 
 WEIGHT_ELEMENTS = 1 << 12
@@ -74,18 +98,34 @@ def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     dims but no values (the model itself when it has none)."""
     if all(math.prod(t.dims) <= WEIGHT_ELEMENTS for t in model.graph.initializer):
         return model
-    source = model.graph
-    graph = onnx.GraphProto(name=source.name, node=source.node, input=source.input,
-                            output=source.output, value_info=source.value_info,
-                            sparse_initializer=source.sparse_initializer)
-    for tensor in source.initializer:
-        if math.prod(tensor.dims) <= WEIGHT_ELEMENTS:
-            graph.initializer.append(tensor)
-        else:
-            graph.initializer.add(name=tensor.name, data_type=tensor.data_type,
-                                  dims=tensor.dims)
-    return onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                           functions=model.functions, graph=graph)
+    return with_initializers(model, lambda tensor: tensor if math.prod(tensor.dims) <=
+                             WEIGHT_ELEMENTS else onnx.TensorProto(
+                                 name=tensor.name, data_type=tensor.data_type, dims=tensor.dims))
+
+
+def with_initializers(model: onnx.ModelProto,
+                      replace: Callable[[onnx.TensorProto], onnx.TensorProto]
+                      ) -> onnx.ModelProto:
+    """A copy of the model whose main graph's initializers are ``replace(tensor)`` each (the
+    tensor itself keeps it); the replaced ones are never copied, the rest is."""
+    result = onnx.ModelProto()
+    _copy_fields(model, result, skipped="graph")
+    _copy_fields(model.graph, result.graph, skipped="initializer")
+    result.graph.initializer.extend(replace(tensor) for tensor in model.graph.initializer)
+    return result
+
+
+def _copy_fields(source: Message, target: Message, skipped: str) -> None:
+    """Copy every field of ``source`` into ``target`` but ``skipped``, which is never read."""
+    for field, value in source.ListFields():
+        if field.name == skipped:
+            continue
+        if isinstance(value, Message):
+            getattr(target, field.name).CopyFrom(value)
+        elif isinstance(value, (str, bytes, int, float)):
+            setattr(target, field.name, value)
+        else:  # a repeated field
+            getattr(target, field.name).extend(value)
 
 
 def element_types(model: onnx.ModelProto) -> dict[str, int]:

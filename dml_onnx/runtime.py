@@ -37,7 +37,6 @@ import functools
 import itertools
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -54,7 +53,6 @@ from custom_ops._common import thread_limit
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import (
-    WEIGHT_ELEMENTS,
     check_structure,
     element_types,
     load_model,
@@ -70,6 +68,7 @@ from dml_onnx.private_api import (
     session_run,
 )
 from dml_onnx.schemas import register_schemas
+from dml_onnx.weights import load_without_weights
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -487,7 +486,10 @@ class InferenceSession:
                  sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
-        model = to_runtime_model(load_model(path_or_bytes), direct=True)
+        # options of our own only take the weights: the caller's would keep them after us
+        model, weights = (load_without_weights(path_or_bytes) if sess_options is None
+                          else (load_model(path_or_bytes), {}))
+        model = to_runtime_model(model, direct=True)
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
@@ -497,8 +499,9 @@ class InferenceSession:
             if not _has_config_entry(options, key):
                 options.add_session_config_entry(key, "0")
         self._threads = options.intra_op_num_threads  # 0: every core
-        # options of our own only: initializers added to the caller's would outlive us there
-        self._weights = _hand_over_weights(model, options) if sess_options is None else []
+        self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+        if weights:  # onnxruntime reads them where they are: they live as long as we do
+            options.add_external_initializers(list(weights), self._weights)
         self._session = ort.InferenceSession(
             model.SerializeToString(), options,
             providers=list(providers) if providers else ["CPUExecutionProvider"],
@@ -568,29 +571,6 @@ class InferenceSession:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
-
-
-def _hand_over_weights(model: onnx.ModelProto, options: ort.SessionOptions
-                       ) -> list[ort.OrtValue]:
-    """Give onnxruntime the model's large initializers as ``OrtValue`` tensors over their
-    numpy arrays, and leave them in the model as external-data stubs: the serialized model
-    stays small, and onnxruntime neither parses nor copies the weights again. The returned
-    values must live as long as the session."""
-    names, values = [], []
-    for tensor in model.graph.initializer:
-        if (math.prod(tensor.dims) <= WEIGHT_ELEMENTS or tensor.data_type == TensorProto.STRING
-                or tensor.data_location == TensorProto.EXTERNAL):
-            continue
-        names.append(tensor.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(
-            np.ascontiguousarray(numpy_helper.to_array(tensor))))
-        stub = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
-                           data_location=TensorProto.EXTERNAL)
-        stub.external_data.add(key="location", value=f"dml_onnx:{tensor.name}")
-        tensor.CopyFrom(stub)
-    if names:
-        options.add_external_initializers(names, values)
-    return values
 
 
 _REGISTERED_KEY = "dml_onnx.extensions_library_registered"

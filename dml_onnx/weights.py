@@ -1,0 +1,206 @@
+"""Models without their weights: the graph to rewrite and serialize, the weights as arrays.
+
+:class:`dml_onnx.InferenceSession` rewrites a model's ``dml_onnx`` nodes and hands the rewritten
+model to onnxruntime as bytes. Loading, copying and serializing a detector's weights (170 MB
+for Mask R-CNN) took longer than onnxruntime's whole session creation, so the session takes
+the large initializers out: each becomes an external-data stub (``location`` =
+``dml_onnx:<name>``) and its values a numpy array that onnxruntime gets as an external
+initializer. A file or bytes is split on the wire: the large ``raw_data`` fields of the main
+graph's initializers are left out before parsing, and each array is one copy out of the file's
+pages.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from dml_onnx.graphs import (
+    WEIGHT_ELEMENTS,
+    load_model,
+    model_source,
+    parse_model,
+    with_initializers,
+)
+
+_NUMPY_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
+                TensorProto.FLOAT16: np.float16, TensorProto.BOOL: np.bool_,
+                TensorProto.INT8: np.int8, TensorProto.INT16: np.int16,
+                TensorProto.INT32: np.int32, TensorProto.INT64: np.int64,
+                TensorProto.UINT8: np.uint8, TensorProto.UINT16: np.uint16,
+                TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64}
+"""Element types whose values onnxruntime takes as a numpy array of this (little-endian) type."""
+
+_WEIGHT_PATH = (7, 5, 9)
+"""Field numbers of ModelProto.graph, GraphProto.initializer and TensorProto.raw_data."""
+
+
+def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
+                         ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
+    main graph as an external-data stub, and those initializers' values by name (C-contiguous,
+    native byte order, owned by the caller). Raises as ``load_model`` does."""
+    if isinstance(model, onnx.ModelProto):
+        return _stub_weights(model, {})
+    what, path = model_source(model)
+    if path is not None and onnx.serialization.registry.get_format_from_file_extension(
+            path.suffix) not in (None, "protobuf"):
+        return _stub_weights(load_model(model), {})  # a text format: nothing to split
+    with _mapped(path) if path is not None else memoryview(model) as data:
+        try:
+            light, spans = _without_raw_weights(data)
+        except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
+            return _stub_weights(parse_model(bytes(data), what, path), {})
+        proto = parse_model(light, what, path)
+        return _stub_weights(proto, _take_values(proto.graph.initializer, spans, data))
+
+
+def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int] | None],
+                 data: mmap.mmap | memoryview) -> dict[str, np.ndarray]:
+    """The values of the initializers whose raw_data was left out at ``spans``, by name,
+    where onnxruntime can take them as arrays; the others get their raw_data back."""
+    arrays = {}
+    unique = len({t.name for t in initializers}) == len(initializers)
+    for tensor, span in zip(initializers, spans, strict=True):
+        if span is None or tensor.HasField("raw_data"):  # external data read over it
+            continue
+        start, size = span
+        numpy_type = _NUMPY_TYPES.get(tensor.data_type)
+        if (not unique or numpy_type is None or tensor.data_location == TensorProto.EXTERNAL
+                or math.prod(tensor.dims) <= WEIGHT_ELEMENTS
+                or size != math.prod(tensor.dims) * np.dtype(numpy_type).itemsize):
+            tensor.raw_data = bytes(data[start:start + size])  # it stays in the model
+            continue
+        array = np.empty(tensor.dims, numpy_type)
+        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, size, start)
+        if sys.byteorder == "big":  # raw_data is little-endian
+            array.byteswap(inplace=True)
+        arrays[tensor.name] = array
+    return arrays
+
+
+def _stub_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
+                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model with a stub for each initializer in ``arrays`` and for each other large one
+    of a type in ``_NUMPY_TYPES`` that holds its values (which join ``arrays``)."""
+    def stub(tensor: TensorProto) -> TensorProto:
+        if tensor.name not in arrays:
+            if (tensor.data_type not in _NUMPY_TYPES or math.prod(tensor.dims) <= WEIGHT_ELEMENTS
+                    or tensor.data_location == TensorProto.EXTERNAL or not unique):
+                return tensor
+            try:
+                arrays[tensor.name] = np.ascontiguousarray(numpy_helper.to_array(tensor))
+            except ValueError:  # values that do not fill its dims: onnxruntime says so
+                return tensor
+        light = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
+                            data_location=TensorProto.EXTERNAL)
+        light.external_data.add(key="location", value=f"dml_onnx:{tensor.name}")
+        return light
+
+    unique = len({t.name for t in model.graph.initializer}) == len(model.graph.initializer)
+    if not arrays and all(math.prod(t.dims) <= WEIGHT_ELEMENTS for t in model.graph.initializer):
+        return model, arrays
+    return with_initializers(model, stub), arrays
+
+
+class _mapped:
+    """The file's bytes, memory-mapped for the ``with`` block."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def __enter__(self) -> mmap.mmap:
+        with open(self._path, "rb") as file:
+            self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._map
+
+    def __exit__(self, *exc: object) -> None:
+        self._map.close()
+
+
+def _without_raw_weights(data: bytes | mmap.mmap | memoryview
+                         ) -> tuple[bytes, list[tuple[int, int] | None]]:
+    """The serialized ModelProto ``data`` without the ``raw_data`` of each of its main graph's
+    initializers that has one ``raw_data`` field of more than WEIGHT_ELEMENTS bytes, and per
+    initializer (in order) the ``(start, size)`` of the one left out, or ``None``. Raises
+    ``ValueError`` or ``IndexError`` where ``data`` is not protobuf wire format."""
+    spans: list[tuple[int, int] | None] = []
+    return b"".join(_pieces(data, 0, len(data), _WEIGHT_PATH, spans)), spans
+
+
+def _pieces(data: bytes | mmap.mmap | memoryview, start: int, end: int,
+            path: tuple[int, ...], spans: list[tuple[int, int] | None]) -> Iterator[bytes]:
+    """The message ``data[start:end]`` re-encoded piece by piece: the fields on ``path`` are
+    rebuilt (their lengths change), a large last one is left out, the rest copied."""
+    fields = list(_fields(data, start, end))
+    if len(path) == 1:  # an initializer: the raw_data to leave out, if one large one
+        raw = [(first, value_start, value_end) for number, wire_type, first, value_start,
+               value_end in fields if number == path[0] and wire_type == 2]
+        if len(raw) == 1 and raw[0][2] - raw[0][1] > WEIGHT_ELEMENTS:
+            spans.append((raw[0][1], raw[0][2] - raw[0][1]))
+            yield bytes(data[start:raw[0][0]])
+            yield bytes(data[raw[0][2]:end])
+        else:
+            spans.append(None)
+            yield bytes(data[start:end])
+        return
+    for number, wire_type, first, value_start, value_end in fields:
+        if wire_type != 2 or number != path[0]:
+            yield bytes(data[first:value_end])
+        else:
+            inner = b"".join(_pieces(data, value_start, value_end, path[1:], spans))
+            yield _varint_bytes(number << 3 | 2) + _varint_bytes(len(inner)) + inner
+
+
+def _fields(data: bytes | mmap.mmap | memoryview, start: int, end: int
+            ) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(field number, wire type, field start, value start, value end)`` of each field of the
+    message ``data[start:end]``."""
+    position = start
+    while position < end:
+        first = position
+        tag, position = _varint(data, position)
+        wire_type = tag & 7
+        if wire_type == 0:
+            _, position = _varint(data, position)
+            value_start = position
+        elif wire_type in (1, 5):
+            value_start, position = position, position + (8 if wire_type == 1 else 4)
+        elif wire_type == 2:
+            size, value_start = _varint(data, position)
+            position = value_start + size
+        else:
+            raise ValueError(f"wire type {wire_type}")  # groups: ONNX has none
+        if position > end or tag >> 3 == 0:
+            raise ValueError("truncated field")
+        yield tag >> 3, wire_type, first, value_start, position
+
+
+def _varint(data: bytes | mmap.mmap | memoryview, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        value |= (byte & 0x7F) << shift
+        position += 1
+        if byte < 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

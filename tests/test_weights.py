@@ -1,0 +1,221 @@
+"""Models without their weights (dml_onnx.weights): every initializer either becomes a stub
+whose array holds exactly its values, or stays in the model as it was; whatever the source
+(path, bytes, ModelProto), wire layout or damage."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import dml_onnx
+from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
+from dml_onnx.weights import load_without_weights
+
+RNG = np.random.default_rng(11)
+BIG = WEIGHT_ELEMENTS + 1
+
+
+def _tensor(name: str, array: np.ndarray, *, raw: bool = True) -> TensorProto:
+    tensor = numpy_helper.from_array(array, name)
+    if not raw:  # the typed field (float_data, int64_data ...) instead of raw_data
+        tensor = helper.make_tensor(name, tensor.data_type, array.shape, array.reshape(-1))
+    return tensor
+
+
+def _initializers() -> list[TensorProto]:
+    """One of each kind: handed over, or kept for a reason named in its name."""
+    bfloat16 = helper.make_tensor("kept_bfloat16", TensorProto.BFLOAT16, [BIG],
+                                  RNG.integers(0, 2 ** 16, BIG, dtype=np.uint16).tobytes(),
+                                  raw=True)
+    wrong_size = _tensor("kept_wrong_size", np.ones(BIG, np.float32))
+    wrong_size.raw_data = wrong_size.raw_data[:-4]
+    return [
+        _tensor("f32", RNG.standard_normal((BIG // 4 + 1, 4)).astype(np.float32)),
+        _tensor("f64", RNG.standard_normal(BIG)),
+        _tensor("f16", RNG.standard_normal(BIG).astype(np.float16)),
+        _tensor("i64", RNG.integers(-2 ** 62, 2 ** 62, BIG)),
+        _tensor("u8", RNG.integers(0, 255, (3, BIG), dtype=np.uint8)),
+        _tensor("flag", RNG.random(BIG) < 0.5),
+        _tensor("typed_f32", RNG.standard_normal(BIG).astype(np.float32), raw=False),
+        _tensor("kept_small", RNG.standard_normal(WEIGHT_ELEMENTS).astype(np.float32)),
+        _tensor("kept_small_many_bytes", RNG.standard_normal(WEIGHT_ELEMENTS)),
+        helper.make_tensor("kept_strings", TensorProto.STRING, [BIG], [b"a"] * BIG),
+        bfloat16, wrong_size,
+    ]
+
+
+def _model(initializers: list[TensorProto]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [t.name], [f"out_{t.name}"]) for t in initializers],
+        "weights", [], [helper.make_tensor_value_info(f"out_{t.name}", t.data_type, None)
+                        for t in initializers], initializer=initializers, doc_string="kept")
+    model = dml_onnx.make_model([], [], [])
+    model.graph.CopyFrom(graph)
+    model.producer_name = "tests"
+    helper.set_model_props(model, {"key": "value"})
+    return model
+
+
+def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
+                 arrays: dict[str, np.ndarray]) -> None:
+    """Every initializer of ``light`` is the original or a stub whose array holds its values;
+    everything else of the model is unchanged."""
+    assert len(light.graph.initializer) == len(original.graph.initializer)
+    for before, after in zip(original.graph.initializer, light.graph.initializer, strict=True):
+        if after.name in arrays:
+            assert after.data_location == TensorProto.EXTERNAL and not after.raw_data
+            assert list(after.dims) == list(before.dims)
+            assert after.data_type == before.data_type
+            array = arrays[after.name]
+            assert array.flags.c_contiguous and array.dtype.isnative
+            assert np.array_equal(array, numpy_helper.to_array(before)), before.name
+        else:
+            assert after == before, before.name
+    rest = onnx.ModelProto.FromString(original.SerializeToString())
+    rest.graph.ClearField("initializer")
+    light.graph.ClearField("initializer")
+    assert light == rest
+
+
+@pytest.mark.parametrize("source", ["path", "bytes", "bytearray", "model"])
+def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_kept(
+        source, tmp_path):
+    model = _model(_initializers())
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    given_as = {"path": path, "bytes": path.read_bytes(), "bytearray": bytearray(
+        path.read_bytes()), "model": model}[source]
+    light, arrays = load_without_weights(given_as)
+    assert sorted(arrays) == ["f16", "f32", "f64", "flag", "i64", "typed_f32", "u8"]
+    _check_split(model, light, arrays)
+
+
+def test_a_session_on_the_file_gives_what_plain_onnxruntime_gives(tmp_path):
+    initializers = [t for t in _initializers()  # numpy has no bfloat16 output
+                    if t.name not in ("kept_wrong_size", "kept_bfloat16")]
+    model = _model(initializers)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    session = dml_onnx.InferenceSession(path)
+    assert len(session._weights) == 7
+    plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, {}), plain.run(None, {}), strict=True):
+        assert np.array_equal(got, want)
+
+
+def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
+    model = _model([_tensor("outside", RNG.standard_normal(BIG).astype(np.float32)),
+                    _tensor("inside", RNG.standard_normal(BIG).astype(np.float32))])
+    onnx.save(model, tmp_path / "model.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    assert model.graph.initializer[0].data_location == TensorProto.EXTERNAL  # save moved it
+    loaded = onnx.load(tmp_path / "model.onnx")
+    light, arrays = load_without_weights(tmp_path / "model.onnx")
+    assert sorted(arrays) == ["inside", "outside"]
+    _check_split(loaded, light, arrays)
+    _check_split(loaded, *load_without_weights(loaded))
+
+
+def test_a_repeated_field_parses_as_protobuf_merges_it(tmp_path):
+    """Serialized messages concatenate into their merge: a second graph field appends its
+    initializers, a second raw_data field replaces the first."""
+    first = _model([_tensor("a", RNG.standard_normal(BIG).astype(np.float32))])
+    tail = onnx.ModelProto(graph=onnx.GraphProto(initializer=[
+        _tensor("b", RNG.standard_normal(BIG).astype(np.float32))]))
+    twice = _tensor("c", np.zeros(BIG, np.float32))
+    twice_bytes = twice.SerializeToString() + TensorProto(
+        raw_data=np.ones(BIG, np.float32).tobytes()).SerializeToString()
+    data = first.SerializeToString() + tail.SerializeToString() + (
+        b"\x3a" + _varint(len(b"\x2a" + _varint(len(twice_bytes)) + twice_bytes)) + b"\x2a"
+        + _varint(len(twice_bytes)) + twice_bytes)
+    merged = onnx.ModelProto.FromString(data)
+    assert [t.name for t in merged.graph.initializer] == ["a", "b", "c"]
+    assert np.array_equal(numpy_helper.to_array(merged.graph.initializer[2]), np.ones(BIG))
+    light, arrays = load_without_weights(data)
+    assert sorted(arrays) == ["a", "b", "c"]
+    _check_split(merged, light, arrays)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def test_duplicate_initializer_names_keep_every_value_in_the_model():
+    model = _model([_tensor("same", np.zeros(BIG, np.float32)),
+                    _tensor("same", np.ones(BIG, np.float32))])
+    for source in (model, model.SerializeToString()):
+        light, arrays = load_without_weights(source)
+        assert arrays == {}
+        _check_split(model, light, arrays)
+
+
+@settings(max_examples=40, deadline=None)
+@given(kinds=st.lists(st.tuples(st.sampled_from(["float32", "int8", "float64", "bool"]),
+                                st.integers(WEIGHT_ELEMENTS // 8 - 2, WEIGHT_ELEMENTS + 3),
+                                st.booleans()), max_size=6),
+       seed=st.integers(0, 2 ** 32 - 1))
+def test_any_mix_of_sizes_around_the_threshold_splits_exactly(kinds, seed):
+    """Sizes around WEIGHT_ELEMENTS in elements and in bytes, raw or typed fields."""
+    rng = np.random.default_rng(seed)
+    initializers = [_tensor(f"t{i}", (rng.standard_normal(size) * 100).astype(dtype), raw=raw)
+                    for i, (dtype, size, raw) in enumerate(kinds)]
+    model = _model(initializers)
+    for source in (model.SerializeToString(), model):
+        light, arrays = load_without_weights(source)
+        assert sorted(arrays) == sorted(t.name for t in initializers
+                                        if math.prod(t.dims) > WEIGHT_ELEMENTS)
+        _check_split(model, light, arrays)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cut=st.integers(1, 10 ** 9), flip=st.integers(0, 10 ** 9), byte=st.integers(0, 255))
+def test_damaged_bytes_raise_what_load_model_raises_or_parse_alike(cut, flip, byte):
+    """A truncated or altered model: the same error as load_model, or the same model."""
+    data = bytearray(_model(_initializers()[:3]).SerializeToString())
+    data[flip % len(data)] = byte
+    data = bytes(data[:len(data) - cut % (len(data) // 4)])
+    try:
+        want = load_model(data)
+    except ValueError as error:
+        with pytest.raises(ValueError) as raised:
+            load_without_weights(data)
+        assert str(raised.value).split(" (")[0] == str(error).split(" (")[0]
+        return
+    light, arrays = load_without_weights(data)
+    _check_split(want, light, arrays)
+
+
+def test_files_that_are_not_models_fail_the_session_naming_the_file(tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "random.onnx").write_bytes(np.random.default_rng(5).bytes(3000))
+    (tmp_path / "text.onnx").write_bytes(b"ir_version: 10\n")
+    (tmp_path / "folder.onnx").mkdir()
+    os.mkfifo(tmp_path / "fifo.onnx")
+    for name in ("empty.onnx", "random.onnx", "text.onnx", "folder.onnx", "fifo.onnx"):
+        with pytest.raises(ValueError, match=str(tmp_path / name)):
+            dml_onnx.InferenceSession(tmp_path / name)
+        if (tmp_path / name).is_file():
+            with pytest.raises(ValueError, match="bytes"):
+                dml_onnx.InferenceSession((tmp_path / name).read_bytes())
+    with pytest.raises(OSError):
+        dml_onnx.InferenceSession(tmp_path / "missing.onnx")
+
+
+def test_a_text_format_file_loads_as_onnx_load_loads_it(tmp_path):
+    model = _model(_initializers()[:2])
+    onnx.save(model, tmp_path / "model.onnxtxt")
+    light, arrays = load_without_weights(tmp_path / "model.onnxtxt")
+    _check_split(onnx.load(tmp_path / "model.onnxtxt"), light, arrays)
+    assert sorted(arrays) == ["f32", "f64"]
