@@ -6,8 +6,11 @@ torchvision's ``maskrcnn_resnet50_fpn`` (random weights, 3x320x320 image; needs 
 extra) is exported by torch's TorchScript exporter, whose file has eight ``RoiAlign`` nodes,
 and raised by :func:`dml_onnx.raising.raise_model` to eight ``RoiAlign1`` nodes. Both files
 are saved; the script prints the median time to create a session from each path (plain
-onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one), their ratio,
-and each session's first run, all in the same process with the same thread count.
+onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) and its first
+run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
+with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx must then
+serialize them: external initializers added to the caller's options would outlive the
+session), all in one process.
 """
 
 from __future__ import annotations
@@ -67,37 +70,44 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0,
-                        help="intra-op threads of both sessions (0: onnxruntime's default)")
+                        help="intra-op threads of the sessions given options (0: default)")
     args = parser.parse_args()
+    ort.set_default_logger_severity(3)  # the exported mask head's declared shapes are too small
 
     def options() -> ort.SessionOptions:
         made = ort.SessionOptions()
         made.intra_op_num_threads = args.threads
-        made.log_severity_level = 3  # the exported mask head's declared shapes are too small
         return made
 
+    providers = ["CPUExecutionProvider"]
     with tempfile.TemporaryDirectory() as folder:
         stock, raised, image = _export(Path(folder))
-        makers = {
-            "onnxruntime, stock file": lambda: ort.InferenceSession(
-                str(stock), options(), providers=["CPUExecutionProvider"]),
-            "dml_onnx, raised file": lambda: dml_onnx.InferenceSession(
-                str(raised), options(), providers=["CPUExecutionProvider"]),
+        makers = {  # no options: dml_onnx hands the weights over; the caller's: it cannot
+            ("onnxruntime", "no options"): lambda: ort.InferenceSession(
+                str(stock), providers=providers),
+            ("dml_onnx", "no options"): lambda: dml_onnx.InferenceSession(
+                str(raised), providers=providers),
+            ("onnxruntime", "the caller's options"): lambda: ort.InferenceSession(
+                str(stock), options(), providers=providers),
+            ("dml_onnx", "the caller's options"): lambda: dml_onnx.InferenceSession(
+                str(raised), options(), providers=providers),
         }
-        for make in makers.values():  # imports, numba's cache, onnxruntime's first session
-            warm = make()
-            warm.run(None, {warm.get_inputs()[0].name: image})
-        created = {name: _median_seconds(make, args.repeat) for name, make in makers.items()}
-        for name, make in makers.items():
-            session = make()
+        print("| session | options | created ms | first run ms |")
+        print("|---|---|---:|---:|")
+        created = {}
+        for (who, how), make in makers.items():
+            session = make()  # imports, numba's cache, the first session of each kind
             feeds = {session.get_inputs()[0].name: image}
+            session.run(None, feeds)
+            created[who, how] = _median_seconds(make, args.repeat)
+            session = make()
             start = time.perf_counter()
             session.run(None, feeds)
             first = time.perf_counter() - start
-            print(f"{name}: created in {created[name] * 1e3:.0f} ms (median of {args.repeat}), "
-                  f"first run {first * 1e3:.0f} ms")
-    ratio = created["dml_onnx, raised file"] / created["onnxruntime, stock file"]
-    print(f"creation ratio dml_onnx / onnxruntime: {ratio:.2f}")
+            print(f"| {who} | {how} | {created[who, how] * 1e3:.0f} | {first * 1e3:.0f} |")
+    for how in ("no options", "the caller's options"):
+        ratio = created["dml_onnx", how] / created["onnxruntime", how]
+        print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} (median of {args.repeat})")
 
 
 if __name__ == "__main__":

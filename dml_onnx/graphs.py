@@ -168,14 +168,16 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         yield from attribute.graphs
 
 
-def structure_problems(model: onnx.ModelProto, what: str) -> list[str]:
+def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = True
+                       ) -> list[str]:
     """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
     a string field that is not UTF-8, an opset import of the domain other than
     :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside a subgraph or a model function (at any
     depth), and nodes of the binding's private domain :data:`RUNTIME_DOMAIN` (only
     :func:`dml_onnx.to_runtime_model` writes those)."""
     try:
-        _check_strings(model, "the model")
+        if strings:  # False: the caller checked them (load_model did)
+            _check_strings(model, "the model")
     except ValueError as error:
         return [f"model: {error}"]  # the rest reads those strings
     problems = []
@@ -203,8 +205,8 @@ def structure_problems(model: onnx.ModelProto, what: str) -> list[str]:
     return list(dict.fromkeys(problems))  # a node of both branches of an If once
 
 
-def check_structure(model: onnx.ModelProto, what: str) -> None:
+def check_structure(model: onnx.ModelProto, what: str, *, strings: bool = True) -> None:
     """Raise ``ValueError`` with the first of :func:`structure_problems`."""
-    problems = structure_problems(model, what)
+    problems = structure_problems(model, what, strings=strings)
     if problems:
         raise ValueError(problems[0])

@@ -55,7 +55,6 @@ from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import (
     check_structure,
     element_types,
-    load_model,
     subgraphs,
 )
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
@@ -68,7 +67,7 @@ from dml_onnx.private_api import (
     session_run,
 )
 from dml_onnx.schemas import register_schemas
-from dml_onnx.weights import load_without_weights
+from dml_onnx.weights import load_without_weights, serialized_with_weights
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -331,8 +330,15 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
     (implies ``guard=False``) passes graph inputs and outputs of ``dml_onnx`` nodes outside
     onnxruntime: only for :class:`InferenceSession`, which runs such a model.
     """
+    return _runtime_model(model, guard=guard, direct=direct, strings=True)
+
+
+def _runtime_model(model: onnx.ModelProto, *, guard: bool, direct: bool,
+                   strings: bool) -> onnx.ModelProto:
+    """:func:`to_runtime_model`; ``strings=False`` for a model whose strings
+    :func:`dml_onnx.graphs.load_model` checked."""
     register_schemas()
-    check_structure(model, "the onnxruntime binding")
+    check_structure(model, "the onnxruntime binding", strings=strings)
     elem_types = element_types(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -486,10 +492,13 @@ class InferenceSession:
                  sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
-        # options of our own only take the weights: the caller's would keep them after us
-        model, weights = (load_without_weights(path_or_bytes) if sess_options is None
-                          else (load_model(path_or_bytes), {}))
-        model = to_runtime_model(model, direct=True)
+        model, weights = load_without_weights(path_or_bytes)
+        model = _runtime_model(model, guard=False, direct=True,
+                               strings=isinstance(path_or_bytes, onnx.ModelProto))
+        if sess_options is None:  # onnxruntime takes the weights from our own options
+            serialized = model.SerializeToString()
+        else:  # the caller's options would keep them after us: they go into the bytes
+            serialized, weights = serialized_with_weights(model, weights), {}
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
@@ -503,7 +512,7 @@ class InferenceSession:
         if weights:  # onnxruntime reads them where they are: they live as long as we do
             options.add_external_initializers(list(weights), self._weights)
         self._session = ort.InferenceSession(
-            model.SerializeToString(), options,
+            serialized, options,
             providers=list(providers) if providers else ["CPUExecutionProvider"],
             provider_options=provider_options, **kwargs)
         self._output_names = [o.name for o in self._session.get_outputs()]

@@ -39,8 +39,10 @@ _NUMPY_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
                 TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64}
 """Element types whose values onnxruntime takes as a numpy array of this (little-endian) type."""
 
-_WEIGHT_PATH = (7, 5, 9)
+_ONNX_TYPES = {numpy_type: onnx_type for onnx_type, numpy_type in _NUMPY_TYPES.items()}
+_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 """Field numbers of ModelProto.graph, GraphProto.initializer and TensorProto.raw_data."""
+_WEIGHT_PATH = (_GRAPH, _INITIALIZER, _RAW_DATA)
 
 
 def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
@@ -111,6 +113,34 @@ def _stub_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
     return with_initializers(model, stub), arrays
 
 
+def serialized_with_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> bytes:
+    """``model`` serialized with each initializer named in ``arrays`` (a stub) holding those
+    values again: the stubs leave the model, and TensorProtos of the values follow it in a
+    second ``graph`` field, which protobuf's parser merges into the first (each array is
+    copied once, into the result). ``model`` loses its stubs."""
+    kept = [tensor for tensor in model.graph.initializer if tensor.name not in arrays]
+    stubs = [tensor.name for tensor in model.graph.initializer if tensor.name in arrays]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    pieces = [model.SerializeToString()]
+    tensors = []
+    for name in stubs:
+        array = arrays[name]
+        values = array.astype(array.dtype.newbyteorder("<"), copy=False)  # raw_data's order
+        header = TensorProto(name=name, data_type=_ONNX_TYPES[array.dtype.type],
+                             dims=array.shape).SerializeToString()
+        tensor = [header, _field(_RAW_DATA, values.nbytes), memoryview(values).cast("B")]
+        tensors += [_field(_INITIALIZER, sum(len(p) for p in tensor)), *tensor]
+    if tensors:
+        pieces += [_field(_GRAPH, sum(len(p) for p in tensors)), *tensors]
+    return b"".join(pieces)
+
+
+def _field(number: int, size: int) -> bytes:
+    """The tag and length of a length-delimited field."""
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(size)
+
+
 class _mapped:
     """The file's bytes, memory-mapped for the ``with`` block."""
 
@@ -157,7 +187,7 @@ def _pieces(data: bytes | mmap.mmap | memoryview, start: int, end: int,
             yield bytes(data[first:value_end])
         else:
             inner = b"".join(_pieces(data, value_start, value_end, path[1:], spans))
-            yield _varint_bytes(number << 3 | 2) + _varint_bytes(len(inner)) + inner
+            yield _field(number, len(inner)) + inner
 
 
 def _fields(data: bytes | mmap.mmap | memoryview, start: int, end: int

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.weights import load_without_weights
+from dml_onnx.weights import load_without_weights, serialized_with_weights
 
 RNG = np.random.default_rng(11)
 BIG = WEIGHT_ELEMENTS + 1
@@ -67,7 +67,7 @@ def _model(initializers: list[TensorProto]) -> onnx.ModelProto:
 def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
                  arrays: dict[str, np.ndarray]) -> None:
     """Every initializer of ``light`` is the original or a stub whose array holds its values;
-    everything else of the model is unchanged."""
+    everything else of the model is unchanged; serialized_with_weights undoes the split."""
     assert len(light.graph.initializer) == len(original.graph.initializer)
     for before, after in zip(original.graph.initializer, light.graph.initializer, strict=True):
         if after.name in arrays:
@@ -81,8 +81,23 @@ def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
             assert after == before, before.name
     rest = onnx.ModelProto.FromString(original.SerializeToString())
     rest.graph.ClearField("initializer")
-    light.graph.ClearField("initializer")
-    assert light == rest
+    whole = onnx.ModelProto.FromString(serialized_with_weights(_copy(light), arrays))
+    moved = [t for t in original.graph.initializer if t.name in arrays]  # each moved last
+    order = [t for t in original.graph.initializer if t.name not in arrays] + moved
+    for before, after in zip(order, whole.graph.initializer, strict=True):
+        assert after == before or (
+            (after.name, after.data_type, after.dims, after.data_location)
+            == (before.name, before.data_type, before.dims, before.data_location)
+            and np.array_equal(numpy_helper.to_array(after), numpy_helper.to_array(before)))
+    for model in (light, whole):
+        model.graph.ClearField("initializer")
+        assert model == rest
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    return copied
 
 
 @pytest.mark.parametrize("source", ["path", "bytes", "bytearray", "model"])
@@ -98,14 +113,20 @@ def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_k
     _check_split(model, light, arrays)
 
 
-def test_a_session_on_the_file_gives_what_plain_onnxruntime_gives(tmp_path):
+@pytest.mark.parametrize("options", [False, True])
+def test_a_session_on_the_file_gives_what_plain_onnxruntime_gives(options, tmp_path):
+    """Without options the weights reach onnxruntime as arrays, with the caller's options
+    inside the serialized model (its options must not keep them)."""
     initializers = [t for t in _initializers()  # numpy has no bfloat16 output
                     if t.name not in ("kept_wrong_size", "kept_bfloat16")]
     model = _model(initializers)
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    session = dml_onnx.InferenceSession(path)
-    assert len(session._weights) == 7
+    given = ort.SessionOptions() if options else None
+    session = dml_onnx.InferenceSession(path, given)
+    assert len(session._weights) == (0 if options else 7)
+    if given is not None:  # the options hold no initializer: they make a second session
+        dml_onnx.InferenceSession(path, given)
     plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for got, want in zip(session.run(None, {}), plain.run(None, {}), strict=True):
         assert np.array_equal(got, want)
