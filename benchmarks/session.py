@@ -57,13 +57,12 @@ def _export(folder: Path) -> tuple[Path, Path, np.ndarray]:
     return *paths, image.numpy()
 
 
-def _median_seconds(make: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        make()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _seconds(make: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    made = make()
+    seconds = time.perf_counter() - start
+    del made
+    return seconds
 
 
 def main() -> None:
@@ -92,19 +91,24 @@ def main() -> None:
             ("dml_onnx", "the caller's options"): lambda: dml_onnx.InferenceSession(
                 str(raised), options(), providers=providers),
         }
-        print("| session | options | created ms | first run ms |")
-        print("|---|---|---:|---:|")
-        created = {}
-        for (who, how), make in makers.items():
+        first_run = {}
+        for key, make in makers.items():
             session = make()  # imports, numba's cache, the first session of each kind
             feeds = {session.get_inputs()[0].name: image}
             session.run(None, feeds)
-            created[who, how] = _median_seconds(make, args.repeat)
             session = make()
             start = time.perf_counter()
             session.run(None, feeds)
-            first = time.perf_counter() - start
-            print(f"| {who} | {how} | {created[who, how] * 1e3:.0f} | {first * 1e3:.0f} |")
+            first_run[key] = time.perf_counter() - start
+        samples: dict[tuple[str, str], list[float]] = {key: [] for key in makers}
+        for _ in range(args.repeat):  # rounds of one session each: drift hits every side
+            for key, make in makers.items():
+                samples[key].append(_seconds(make))
+        created = {key: statistics.median(times) for key, times in samples.items()}
+        print("| session | options | created ms | first run ms |")
+        print("|---|---|---:|---:|")
+        for (who, how), seconds in created.items():
+            print(f"| {who} | {how} | {seconds * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")
     for how in ("no options", "the caller's options"):
         ratio = created["dml_onnx", how] / created["onnxruntime", how]
         print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} (median of {args.repeat})")
