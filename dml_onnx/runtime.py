@@ -67,7 +67,7 @@ from dml_onnx.private_api import (
     session_run,
 )
 from dml_onnx.schemas import register_schemas
-from dml_onnx.weights import load_without_weights, serialized_with_weights
+from dml_onnx.weights import load_without_weights, serialized_with_weights, weights_folder
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -492,21 +492,30 @@ class InferenceSession:
                  sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
-        model, weights = load_without_weights(path_or_bytes)
+        folder = (weights_folder(path_or_bytes)
+                  if isinstance(path_or_bytes, (str, os.PathLike)) else None)
+        # a file's weights: onnxruntime reads them from it (where the caller's options take
+        # no other folder); else arrays that it takes from our own options, or, with the
+        # caller's options (which would keep them after us), values inside the serialized model
+        refer = folder is not None and (
+            sess_options is None or _config_entry(sess_options, _FOLDER_KEY) in (None, folder))
+        model, weights = load_without_weights(path_or_bytes, refer_to_file=refer)
         model = _runtime_model(model, guard=False, direct=True,
                                strings=isinstance(path_or_bytes, onnx.ModelProto))
-        if sess_options is None:  # onnxruntime takes the weights from our own options
-            serialized = model.SerializeToString()
-        else:  # the caller's options would keep them after us: they go into the bytes
+        if weights and sess_options is not None:
             serialized, weights = serialized_with_weights(model, weights), {}
+        else:
+            serialized = model.SerializeToString()
         options = sess_options or ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
         for key in _NO_SPINNING:  # idle workers would take the cores our kernels run on
-            if not _has_config_entry(options, key):
+            if _config_entry(options, key) is None:
                 options.add_session_config_entry(key, "0")
+        if refer and _config_entry(options, _FOLDER_KEY) is None:
+            options.add_session_config_entry(_FOLDER_KEY, folder)
         self._threads = options.intra_op_num_threads  # 0: every core
         self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
         if weights:  # onnxruntime reads them where they are: they live as long as we do
@@ -583,22 +592,25 @@ class InferenceSession:
 
 
 _REGISTERED_KEY = "dml_onnx.extensions_library_registered"
+_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+"""Where onnxruntime reads the external data of a model given as bytes: the folder of the
+model file whose weights the serialized model refers to."""
 _NO_SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 """Session options set to "0" unless the caller set them: onnxruntime's idle worker threads
 then sleep instead of spinning on the cores a Python kernel right after them needs."""
 
 
-def _has_config_entry(options: ort.SessionOptions, key: str) -> bool:
+def _config_entry(options: ort.SessionOptions, key: str) -> str | None:
+    """The session config entry ``key`` of ``options``, or ``None`` where it is not set."""
     try:
-        options.get_session_config_entry(key)
+        return options.get_session_config_entry(key)
     except RuntimeError:  # not set
-        return False
-    return True
+        return None
 
 
 def _register_extensions_library(options: ort.SessionOptions) -> None:
     """Register onnxruntime-extensions once per options object (twice fails the session)."""
-    if not _has_config_entry(options, _REGISTERED_KEY):
+    if _config_entry(options, _REGISTERED_KEY) is None:
         options.register_custom_ops_library(get_library_path())
         options.add_session_config_entry(_REGISTERED_KEY, "1")
 

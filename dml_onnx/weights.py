@@ -45,24 +45,70 @@ _GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 _WEIGHT_PATH = (_GRAPH, _INITIALIZER, _RAW_DATA)
 
 
-def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
+def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+                         refer_to_file: bool = False
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
     main graph as an external-data stub, and those initializers' values by name (C-contiguous,
-    native byte order, owned by the caller). Raises as ``load_model`` does."""
+    native byte order, owned by the caller). Raises as ``load_model`` does.
+
+    ``refer_to_file`` (for a path): the large initializers become external-data references
+    into the file itself (``location`` its name, ``offset``, ``length``), and the model's own
+    external data stays external: onnxruntime reads all of it from :func:`weights_folder`
+    (its session option ``session.model_external_initializers_file_folder_path``), and no
+    values are returned.
+    """
     if isinstance(model, onnx.ModelProto):
         return _stub_weights(model, {})
     what, path = model_source(model)
     if path is not None and onnx.serialization.registry.get_format_from_file_extension(
             path.suffix) not in (None, "protobuf"):
         return _stub_weights(load_model(model), {})  # a text format: nothing to split
+    refer = refer_to_file and path is not None
     with _mapped(path) if path is not None else memoryview(model) as data:
         try:
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
             return _stub_weights(parse_model(bytes(data), what, path), {})
+        if refer:  # the model's own external data stays external where it lies next to it
+            real = Path(weights_folder(path))
+            proto = parse_model(light, what, None if real == path.absolute().parent else path)
+            _refer_to(Path(os.path.realpath(path)).name, proto.graph.initializer, spans, data)
+            return proto, {}
         proto = parse_model(light, what, path)
         return _stub_weights(proto, _take_values(proto.graph.initializer, spans, data))
+
+
+def weights_folder(path: str | os.PathLike) -> str:
+    """The folder onnxruntime reads the weights of the file ``path`` from, with
+    ``refer_to_file``: the file's real folder (onnxruntime refuses a reference that leaves the
+    folder, as one through a symbolic link does)."""
+    return os.path.dirname(os.path.realpath(path))
+
+
+def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
+               data: mmap.mmap | memoryview, keep: bool) -> bool:
+    """Whether the initializer whose raw_data was left out at ``span`` stays out of the
+    model (it is large and not external, and not ``keep``); if not, it gets its raw_data
+    back."""
+    if span is None or tensor.HasField("raw_data"):  # external data read over it
+        return False
+    if keep or tensor.data_location == TensorProto.EXTERNAL or \
+            math.prod(tensor.dims) <= WEIGHT_ELEMENTS:
+        tensor.raw_data = bytes(data[span[0]:span[0] + span[1]])  # it stays in the model
+        return False
+    return True
+
+
+def _refer_to(location: str, initializers: Sequence[TensorProto],
+              spans: list[tuple[int, int] | None], data: mmap.mmap | memoryview) -> None:
+    """Turn each initializer split off at ``spans`` into a reference to its raw_data in the
+    file ``location``."""
+    for tensor, span in zip(initializers, spans, strict=True):
+        if _split_off(tensor, span, data, keep=False):
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", span[0]), ("length", span[1])):
+                tensor.external_data.add(key=key, value=str(value))
 
 
 def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int] | None],
@@ -72,15 +118,12 @@ def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int
     arrays = {}
     unique = len({t.name for t in initializers}) == len(initializers)
     for tensor, span in zip(initializers, spans, strict=True):
-        if span is None or tensor.HasField("raw_data"):  # external data read over it
+        numpy_type = _NUMPY_TYPES.get(tensor.data_type)
+        fits = numpy_type is not None and span is not None and \
+            span[1] == math.prod(tensor.dims) * np.dtype(numpy_type).itemsize
+        if not _split_off(tensor, span, data, keep=not (unique and fits)):
             continue
         start, size = span
-        numpy_type = _NUMPY_TYPES.get(tensor.data_type)
-        if (not unique or numpy_type is None or tensor.data_location == TensorProto.EXTERNAL
-                or math.prod(tensor.dims) <= WEIGHT_ELEMENTS
-                or size != math.prod(tensor.dims) * np.dtype(numpy_type).itemsize):
-            tensor.raw_data = bytes(data[start:start + size])  # it stays in the model
-            continue
         array = np.empty(tensor.dims, numpy_type)
         array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, size, start)
         if sys.byteorder == "big":  # raw_data is little-endian

@@ -20,6 +20,7 @@ from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
 from dml_onnx.weights import load_without_weights, serialized_with_weights
 
 RNG = np.random.default_rng(11)
+FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 BIG = WEIGHT_ELEMENTS + 1
 
 
@@ -114,7 +115,7 @@ def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_k
 
 
 @pytest.mark.parametrize("options", [False, True])
-def test_a_session_on_the_file_gives_what_plain_onnxruntime_gives(options, tmp_path):
+def test_a_session_on_bytes_gives_what_plain_onnxruntime_gives(options, tmp_path):
     """Without options the weights reach onnxruntime as arrays, with the caller's options
     inside the serialized model (its options must not keep them)."""
     initializers = [t for t in _initializers()  # numpy has no bfloat16 output
@@ -123,13 +124,69 @@ def test_a_session_on_the_file_gives_what_plain_onnxruntime_gives(options, tmp_p
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
     given = ort.SessionOptions() if options else None
-    session = dml_onnx.InferenceSession(path, given)
+    session = dml_onnx.InferenceSession(path.read_bytes(), given)
     assert len(session._weights) == (0 if options else 7)
     if given is not None:  # the options hold no initializer: they make a second session
-        dml_onnx.InferenceSession(path, given)
+        dml_onnx.InferenceSession(path.read_bytes(), given)
     plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for got, want in zip(session.run(None, {}), plain.run(None, {}), strict=True):
         assert np.array_equal(got, want)
+
+
+def _check_references(path, light: onnx.ModelProto) -> None:
+    """Every large raw initializer of the file is a reference into it (or the file's own
+    external data), and every initializer reads back as onnx.load reads it."""
+    original = onnx.load(path)
+    assert [t.name for t in light.graph.initializer] == \
+        [t.name for t in original.graph.initializer]
+    for before, after in zip(original.graph.initializer, light.graph.initializer, strict=True):
+        if math.prod(before.dims) > WEIGHT_ELEMENTS and before.raw_data:
+            assert after.data_location == TensorProto.EXTERNAL and not after.raw_data
+    onnx.external_data_helper.load_external_data_for_model(light, str(path.parent))
+    for before, after in zip(original.graph.initializer, light.graph.initializer, strict=True):
+        for tensor in (before, after):  # read back, a reference says data_location DEFAULT
+            if tensor.data_location == TensorProto.DEFAULT:
+                tensor.ClearField("data_location")
+        assert after == before, before.name
+
+
+def test_a_file_s_weights_can_stay_in_the_file_as_references(tmp_path):
+    initializers = [t for t in _initializers() if t.name != "kept_wrong_size"]
+    onnx.save(_model(initializers), tmp_path / "model.onnx")
+    light, arrays = load_without_weights(tmp_path / "model.onnx", refer_to_file=True)
+    assert arrays == {}
+    referred = [t.name for t in light.graph.initializer if t.external_data]
+    assert sorted(referred) == ["f16", "f32", "f64", "flag", "i64", "kept_bfloat16", "u8"]
+    _check_references(tmp_path / "model.onnx", light)
+
+
+@pytest.mark.parametrize("options", ["none", "new", "other folder"])
+@pytest.mark.parametrize("link", [False, True])
+def test_a_session_on_a_file_reads_its_weights_from_the_file(options, link, tmp_path):
+    """Without options, or with the caller's that name no other folder, onnxruntime reads the
+    weights from the file (the options then name its folder, through a symbolic link too);
+    options naming another folder get the weights inside the serialized model."""
+    initializers = [t for t in _initializers()  # numpy has no bfloat16 output
+                    if t.name not in ("kept_wrong_size", "kept_bfloat16")]
+    (tmp_path / "a").mkdir()
+    onnx.save(_model(initializers), tmp_path / "a" / "model.onnx")
+    path = tmp_path / "a" / "model.onnx"
+    if link:
+        (tmp_path / "b").mkdir()
+        (tmp_path / "b" / "link.onnx").symlink_to(path)
+        path = tmp_path / "b" / "link.onnx"
+    given = None if options == "none" else ort.SessionOptions()
+    if options == "other folder":
+        given.add_session_config_entry(FOLDER_KEY, str(tmp_path))
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {})
+    for _ in range(2):  # the options the first session set serve a second one
+        session = dml_onnx.InferenceSession(path, given)
+        assert session._weights == []
+        for got, value in zip(session.run(None, {}), want, strict=True):
+            assert np.array_equal(got, value)
+    if given is not None:  # the file's real folder: onnxruntime refuses a link out of it
+        folder = str(tmp_path) if options == "other folder" else str(tmp_path / "a")
+        assert given.get_session_config_entry(FOLDER_KEY) == folder
 
 
 def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
@@ -143,6 +200,18 @@ def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
     assert sorted(arrays) == ["inside", "outside"]
     _check_split(loaded, light, arrays)
     _check_split(loaded, *load_without_weights(loaded))
+    light, arrays = load_without_weights(tmp_path / "model.onnx", refer_to_file=True)
+    assert arrays == {}
+    _check_references(tmp_path / "model.onnx", light)
+    (tmp_path / "elsewhere").mkdir()  # a link: onnx.load reads the data next to the link
+    (tmp_path / "elsewhere" / "weights.bin").write_bytes(  # zeros there, not a link (refused)
+        bytes((tmp_path / "weights.bin").stat().st_size))
+    (tmp_path / "elsewhere" / "link.onnx").symlink_to(tmp_path / "model.onnx")
+    for path in (tmp_path / "model.onnx", tmp_path / "elsewhere" / "link.onnx"):
+        want = numpy_helper.to_array(onnx.load(path).graph.initializer[0])
+        (Y,) = dml_onnx.InferenceSession(path).run(["out_outside"], {})
+        assert np.array_equal(Y, want)
+    assert not want.any()
 
 
 def test_a_repeated_field_parses_as_protobuf_merges_it(tmp_path):
