@@ -486,6 +486,13 @@ class InferenceSession:
     unless already set (onnxruntime's idle workers would spin on the cores our kernels use);
     its ``intra_op_num_threads``, when set, also limits the threads of our kernels.
     Everything else is delegated to the wrapped onnxruntime session.
+
+    The rewritten model reaches onnxruntime without its weights (see :mod:`dml_onnx.weights`):
+    a file's stay in the file, which onnxruntime reads from the file's folder (the options'
+    ``session.model_external_initializers_file_folder_path``, set unless it names another
+    folder; then they travel inside the serialized model); those of bytes or a ModelProto
+    reach onnxruntime as arrays on options of our own, inside the serialized model on the
+    caller's (external initializers added to them would outlive the session).
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | onnx.ModelProto,
