@@ -3,45 +3,51 @@ and FOLD as the ONNX custom domain ``dml_onnx``, with exact numpy kernels run in
 
 Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) and
 :func:`make_model`; run models with :class:`InferenceSession` or :class:`ReferenceEvaluator`.
+
+Every name here loads its module on first use (``import dml_onnx`` imports nothing else), so
+that the command line starts at once and the onnxruntime binding, which imports
+onnxruntime-extensions (and, through it, torch where installed), loads only when used.
 """
 
-from custom_ops import KernelError
-from custom_ops._common import memory_limit, set_memory_limit, set_work_limit, work_limit
-from dml_onnx.builders import IR_VERSION, STANDARD_OPSET, make_model
-from dml_onnx.check import check_model
-from dml_onnx.definition import DOMAIN, OPSET_VERSION
-from dml_onnx.form import NotEquivalent
-from dml_onnx.ops import BUILDERS, OPERATORS, OPERATORS_BY_NAME
-from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.schemas import deregister_schemas, register_schemas
-from dml_onnx.standard import lower_model, with_functions
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-_RUNTIME_NAMES = ("InferenceSession", "register_runtime_ops", "to_runtime_model")
-"""Imported from :mod:`dml_onnx.runtime` on first use: it imports onnxruntime-extensions, which
-imports torch where installed (0.8 s), so that ``import dml_onnx`` and the CLI start fast."""
+_EXPORTS = {
+    "custom_ops": ("KernelError",),
+    "custom_ops._common": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
+    "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
+    "dml_onnx.check": ("check_model",),
+    "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION"),
+    "dml_onnx.form": ("NotEquivalent",),
+    "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
+    "dml_onnx.reference": ("ReferenceEvaluator",),
+    "dml_onnx.runtime": ("InferenceSession", "register_runtime_ops", "to_runtime_model"),
+    "dml_onnx.schemas": ("deregister_schemas", "register_schemas"),
+    "dml_onnx.standard": ("lower_model", "with_functions"),
+}
+"""Module -> the names it gives this package; the builders (``roi_pooling``, ``roi_align1``
+...: one per operator of the table) come from ``dml_onnx.ops.BUILDERS``."""
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+def _builders() -> dict:
+    return importlib.import_module("dml_onnx.ops").BUILDERS
 
 
 def __getattr__(name: str) -> object:
-    if name in _RUNTIME_NAMES:
-        from dml_onnx import runtime
-
-        return getattr(runtime, name)
-    raise AttributeError(f"module 'dml_onnx' has no attribute {name!r}")
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    elif name == "__all__":
+        value = [*_MODULE_OF, *_builders()]
+    elif not name.startswith("__") and name in _builders():
+        value = _builders()[name]
+    else:
+        raise AttributeError(f"module 'dml_onnx' has no attribute {name!r}")
+    globals()[name] = value  # later lookups find it directly
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_RUNTIME_NAMES})
-
-
-globals().update(BUILDERS)  # roi_pooling, roi_align1, ... : one per operator of the table
-
-__all__ = [
-    "BUILDERS", "DOMAIN", "IR_VERSION", "OPERATORS", "OPERATORS_BY_NAME", "OPSET_VERSION",
-    "STANDARD_OPSET", "InferenceSession", "KernelError", "NotEquivalent", "ReferenceEvaluator",
-    "check_model", "deregister_schemas", "make_model", "memory_limit", "register_runtime_ops",
-    "register_schemas", "set_memory_limit", "set_work_limit", "lower_model", "to_runtime_model",
-    "with_functions", "work_limit",
-    *BUILDERS,
-]
+    return sorted({*globals(), *_MODULE_OF, *_builders()})

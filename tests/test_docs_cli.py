@@ -120,13 +120,15 @@ def test_conformance_run_passes_on_the_committed_suite():
 
 
 def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tmp_path):
-    """``--help`` imports neither onnxruntime-extensions nor torch; ``conformance run`` imports
-    the extension (its sessions need it) with torch hidden, and torch imports normally after."""
+    """``--help`` imports none of onnxruntime-extensions, torch, numpy and onnx (``import
+    dml_onnx`` loads nothing); ``conformance run`` imports the extension (its sessions need
+    it) with torch hidden, and torch imports normally after."""
     shutil.copytree(ROOT / "models" / "test_unfold_seed_1", tmp_path / "test_unfold_seed_1")
     code = (
         "import contextlib, importlib.util, io, sys\n"
         "from dml_onnx.cli import main\n"
-        "loaded = lambda: [m for m in ('torch', 'onnxruntime_extensions') if m in sys.modules]\n"
+        "loaded = lambda: [m for m in ('torch', 'onnxruntime_extensions', 'numpy', 'onnx')\n"
+        "                  if m in sys.modules]\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    main(['--help'])\n"
         "print(loaded())\n"
@@ -139,7 +141,24 @@ def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tm
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[]"
-    assert done.stdout.splitlines()[-1] == "['onnxruntime_extensions']"
+    assert done.stdout.splitlines()[-1] == "['onnxruntime_extensions', 'numpy', 'onnx']"
+
+
+def test_every_name_of_the_package_loads_on_first_use():
+    code = ("import sys, dml_onnx\n"
+            "assert [m for m in sys.modules if m.startswith(('numpy', 'onnx', 'custom_ops'))]"
+            " == []\n"
+            "names = dml_onnx.__all__\n"
+            "assert set(names) <= set(dir(dml_onnx)) and len(set(names)) == len(names)\n"
+            "namespace = {}\n"
+            "exec('from dml_onnx import *', namespace)\n"
+            "assert all(namespace[n] is getattr(dml_onnx, n) for n in names)\n"
+            "print(len(names))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 23 + len(dml_onnx.OPERATORS)
+    assert not hasattr(dml_onnx, "no_such_name")
 
 
 def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
