@@ -69,3 +69,19 @@ def test_float32_rows_allocate_at_most_one_output_sized_temporary():
         peak, outputs = bench.traced_peak(functools.partial(session.run, None, feeds))
         size = sum(o.nbytes for o in outputs if o is not None)
         assert peak - size <= 1.05 * size, (row.name, (peak - size) / size)
+
+
+def test_the_bandwidth_script_reports_each_streaming_row(capsys, monkeypatch):
+    """benchmarks/bandwidth.py runs, and its rows hold positive times and their ratios."""
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_bandwidth", SCRIPT.parent / "bandwidth.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["bandwidth.py", "--threads", "1"])
+    monkeypatch.setattr(module, "best_ms", functools.partial(module.best_ms, repeat=1))
+    module.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["| Fold 3x3, pad 1, [8,576,3136] -> [8,64,56,56]"]
+    read, ours = float(rows[0][2]), float(rows[0][4])
+    assert read > 0 and ours > 0
+    assert abs(float(rows[0][9].rstrip(" |")) - ours / read) < 0.05  # of printed times
