@@ -46,16 +46,19 @@ def _pass_through(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def per_call(call: Callable[[], object]) -> float:
-    """Microseconds per call: the best of five loops of :data:`LOOPS` calls."""
-    call()
-    best = float("inf")
+def per_call(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Microseconds per call of each: the best of five loops of :data:`LOOPS` calls, the
+    loops of all calls taken in turn (a slower stretch of the machine hits every one)."""
+    best = dict.fromkeys(calls, float("inf"))
+    for call in calls.values():
+        call()
     for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(LOOPS):
-            call()
-        best = min(best, (time.perf_counter() - start) / LOOPS)
-    return best * 1e6
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(LOOPS):
+                call()
+            best[name] = min(best[name], (time.perf_counter() - start) / LOOPS)
+    return {name: seconds * 1e6 for name, seconds in best.items()}
 
 
 def floor_session() -> Callable[[], object]:
@@ -99,10 +102,11 @@ def main() -> None:
         peer = (bench._onnxruntime_peer(row, *row.onnxruntime) if row.onnxruntime
                 else row.peers[0])
         native_call = peer.make()
-        native = per_call(native_call) if native_call else float("nan")
-        floor = per_call(floor_session())
-        kernel = per_call(kernel_call(row))
-        ours = per_call(lambda: session.run(None, feeds))  # noqa: B023 - called at once
+        times = per_call({"floor": floor_session(), "kernel": kernel_call(row),
+                          "ours": lambda: session.run(None, feeds),  # noqa: B023 - at once
+                          **({"native": native_call} if native_call else {})})
+        native = times.get("native", float("nan"))
+        floor, kernel, ours = times["floor"], times["kernel"], times["ours"]
         print(f"| {row.name} vs {peer.label} | {native:.1f} | {floor:.1f} | {kernel:.1f} | "
               f"{ours:.1f} | {ours - floor - kernel:.1f} | {ours / native:.2f} |")
 

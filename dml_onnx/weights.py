@@ -1,13 +1,14 @@
-"""Models without their weights: the graph to rewrite and serialize, the weights as arrays.
+"""Models without their weights: the graph to rewrite and serialize, the weights apart.
 
 :class:`dml_onnx.InferenceSession` rewrites a model's ``dml_onnx`` nodes and hands the rewritten
 model to onnxruntime as bytes. Loading, copying and serializing a detector's weights (170 MB
 for Mask R-CNN) took longer than onnxruntime's whole session creation, so the session takes
-the large initializers out: each becomes an external-data stub (``location`` =
-``dml_onnx:<name>``) and its values a numpy array that onnxruntime gets as an external
-initializer. A file or bytes is split on the wire: the large ``raw_data`` fields of the main
-graph's initializers are left out before parsing, and each array is one copy out of the file's
-pages.
+the large initializers out. A file or bytes is split on the wire: the large ``raw_data``
+fields of the main graph's initializers are left out before parsing. A file's weights then
+stay in the file, as external-data references (offset and length) that onnxruntime reads
+itself; those of bytes or a ModelProto become numpy arrays (one copy each) behind stubs
+(``location`` = ``dml_onnx:<name>``), which onnxruntime takes as external initializers, or
+which :func:`serialized_with_weights` puts back into the serialized model.
 """
 
 from __future__ import annotations
