@@ -6,12 +6,15 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 
 Every name here loads its module on first use (``import dml_onnx`` imports nothing else), so
 that the command line starts at once and the onnxruntime binding, which imports
-onnxruntime-extensions (and, through it, torch where installed), loads only when used.
+onnxruntime-extensions (and, through it, torch where installed), loads only when used, or
+when onnxruntime-extensions is imported (:mod:`dml_onnx.declare`).
 """
 
 from __future__ import annotations
 
 import importlib
+
+from dml_onnx.declare import declare_with_extension
 
 __version__ = "0.1.0"
 
@@ -51,3 +54,6 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_MODULE_OF, *_builders()})
+
+
+declare_with_extension()  # the kernels, for plain sessions: when onnxruntime-extensions loads

@@ -187,20 +187,51 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
     assert os.environ.get("GOMP_SPINCOUNT") == want
 
 
+@pytest.mark.parametrize("extension_first", [False, True])
+def test_a_plain_session_runs_the_kernels_whichever_package_is_imported_first(extension_first):
+    """The options may register the extension library before ``to_runtime_model`` is
+    called: the kernels are declared as soon as both packages are imported."""
+    imports = ["import dml_onnx", "from onnxruntime_extensions import get_library_path"]
+    code = "\n".join([*(imports[::-1] if extension_first else imports), textwrap.dedent("""
+        import sys
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+        assert "dml_onnx.runtime" in sys.modules
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(get_library_path())
+        value = helper.make_tensor_value_info
+        model = dml_onnx.make_model([dml_onnx.unfold("X", "Y", window_sizes=[2, 2])],
+                                    [value("X", TensorProto.FLOAT, [1, 1, 3, 3])],
+                                    [value("Y", TensorProto.FLOAT, None)])
+        session = ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(),
+                                       options)
+        print(session.run(None, {"X": np.ones((1, 1, 3, 3), np.float32)})[0].shape)
+        """)])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(1,", "4,", "4)"]
+
+
+@pytest.mark.parametrize("importer", ["import dml_onnx.runtime",
+                                      "import dml_onnx, onnxruntime_extensions"])
 @pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
-def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting):
+def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, importer):
     """onnxruntime-extensions imports torch where installed, which loads torch's OpenMP (that
-    numba then shares): dml_onnx imports it only with GOMP_SPINCOUNT set, unless the user
-    chose; a fresh interpreter records the variable as the import happens."""
-    code = textwrap.dedent("""
+    numba then shares): it loads with GOMP_SPINCOUNT set, unless the user chose, whether the
+    binding imports it or the user does after ``import dml_onnx`` (which then declares the
+    kernels); a fresh interpreter records the variable as the extension's import runs."""
+    code = textwrap.dedent(f"""
         import importlib.abc, os, sys
         seen = []
         class Watch(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name == "onnxruntime_extensions":
+                if name == "onnxruntime_extensions._ocos":  # imported by the extension
                     seen.append(os.environ.get("GOMP_SPINCOUNT"))
         sys.meta_path.insert(0, Watch())
-        import dml_onnx.runtime
+        {importer}
+        assert "dml_onnx.runtime" in sys.modules
         print(seen, os.environ.get("GOMP_SPINCOUNT"))
         """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}

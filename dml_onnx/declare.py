@@ -1,0 +1,63 @@
+"""The kernels are declared to onnxruntime-extensions as soon as it is imported.
+
+A plain onnxruntime session sees only the Python operators declared when its options register
+the extension library (``register_custom_ops_library(get_library_path())``), and
+:mod:`dml_onnx.runtime` declares them as it loads. ``import dml_onnx`` does not load it: the
+extension imports torch where installed (0.8 s). So :func:`declare_with_extension` loads the
+runtime at once where the extension is already imported, and else right after whoever imports
+the extension first (a one-shot import hook, which also loads it with OpenMP's short spin, see
+:func:`custom_ops._common.short_openmp_spin`). Either way the kernels are declared before any
+options can register the library, in whatever order the caller imports the two packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+
+EXTENSION = "onnxruntime_extensions"
+
+
+def declare_with_extension() -> None:
+    """Declare the kernels now if onnxruntime-extensions is imported, else when it is."""
+    if EXTENSION in sys.modules:
+        _load_runtime()
+    elif not any(isinstance(finder, _AfterExtension) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterExtension())
+
+
+def _load_runtime() -> None:
+    with contextlib.suppress(ImportError):  # an unsupported extension: the binding's first
+        importlib.import_module("dml_onnx.runtime")  # use raises it again
+
+
+class _AfterExtension(importlib.abc.MetaPathFinder):
+    """Finds onnxruntime-extensions as the other finders do, once, and runs the runtime's
+    import right after the extension's own."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name != EXTENSION:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            from custom_ops._common import short_openmp_spin
+
+            with short_openmp_spin():  # it imports torch where installed, loading its OpenMP
+                load(module)
+            _load_runtime()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
