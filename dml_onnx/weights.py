@@ -14,7 +14,6 @@ which :func:`serialized_with_weights` puts back into the serialized model.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -66,11 +65,12 @@ def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto, *,
             path.suffix) not in (None, "protobuf"):
         return _stub_weights(load_model(model), {})  # a text format: nothing to split
     refer = refer_to_file and path is not None
-    with _mapped(path) if path is not None else memoryview(model) as data:
+    with _FileData(path) if path is not None else memoryview(model) as data:
         try:
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
-            return _stub_weights(parse_model(bytes(data), what, path), {})
+            whole = data.read(0, len(data)) if path is not None else bytes(data)
+            return _stub_weights(parse_model(whole, what, path), {})
         if refer:  # the model's own external data stays external where it lies next to it
             real = Path(weights_folder(path))
             proto = parse_model(light, what, None if real == path.absolute().parent else path)
@@ -88,7 +88,7 @@ def weights_folder(path: str | os.PathLike) -> str:
 
 
 def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
-               data: mmap.mmap | memoryview, keep: bool) -> bool:
+               data: _FileData | memoryview, keep: bool) -> bool:
     """Whether the initializer whose raw_data was left out at ``span`` stays out of the
     model (it is large and not external, and not ``keep``); if not, it gets its raw_data
     back."""
@@ -102,7 +102,7 @@ def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
 
 
 def _refer_to(location: str, initializers: Sequence[TensorProto],
-              spans: list[tuple[int, int] | None], data: mmap.mmap | memoryview) -> None:
+              spans: list[tuple[int, int] | None], data: _FileData | memoryview) -> None:
     """Turn each initializer split off at ``spans`` into a reference to its raw_data in the
     file ``location``."""
     for tensor, span in zip(initializers, spans, strict=True):
@@ -113,7 +113,7 @@ def _refer_to(location: str, initializers: Sequence[TensorProto],
 
 
 def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int] | None],
-                 data: mmap.mmap | memoryview) -> dict[str, np.ndarray]:
+                 data: _FileData | memoryview) -> dict[str, np.ndarray]:
     """The values of the initializers whose raw_data was left out at ``spans``, by name,
     where onnxruntime can take them as arrays; the others get their raw_data back."""
     arrays = {}
@@ -126,7 +126,10 @@ def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int
             continue
         start, size = span
         array = np.empty(tensor.dims, numpy_type)
-        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, size, start)
+        if isinstance(data, _FileData):
+            data.read_into(array, start)
+        else:
+            array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, size, start)
         if sys.byteorder == "big":  # raw_data is little-endian
             array.byteswap(inplace=True)
         arrays[tensor.name] = array
@@ -185,22 +188,55 @@ def _field(number: int, size: int) -> bytes:
     return _varint_bytes(number << 3 | 2) + _varint_bytes(size)
 
 
-class _mapped:
-    """The file's bytes, memory-mapped for the ``with`` block."""
+class _FileData:
+    """A file's bytes by position, read with ``os.pread`` in blocks as the walk asks for them
+    (not memory-mapped: a file cut short meanwhile gives short reads, which raise, where a
+    mapping would kill the process with SIGBUS). A ``with`` block keeps the file open."""
+
+    BLOCK = 1 << 16
 
     def __init__(self, path: Path) -> None:
         self._path = path
 
-    def __enter__(self) -> mmap.mmap:
-        with open(self._path, "rb") as file:
-            self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._map
+    def __enter__(self) -> _FileData:
+        self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self._size = os.fstat(self._fd).st_size
+        self._start, self._block = 0, b""
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        self._map.close()
+        os.close(self._fd)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: int | slice) -> int | bytes:
+        if isinstance(index, slice):
+            return self.read(index.start, index.stop - index.start)
+        if not self._start <= index < self._start + len(self._block):
+            self._start, self._block = index, os.pread(self._fd, self.BLOCK, index)
+        return self._block[index - self._start]  # IndexError past the end
+
+    def read(self, start: int, size: int) -> bytes:
+        """``size`` bytes at ``start``; ``OSError`` if the file ends before."""
+        if self._start <= start and start + size <= self._start + len(self._block):
+            return self._block[start - self._start:start + size - self._start]
+        buffer = bytearray(size)
+        self.read_into(buffer, start)
+        return bytes(buffer)
+
+    def read_into(self, target: bytearray | np.ndarray, start: int) -> None:
+        """Fill ``target`` with the bytes at ``start``; ``OSError`` if the file ends before."""
+        view = memoryview(target).cast("B")
+        done = 0
+        while done < len(view):
+            count = os.preadv(self._fd, [view[done:]], start + done)
+            if count == 0:
+                raise OSError(f"{self._path} ended at byte {start + done} while it was read")
+            done += count
 
 
-def _without_raw_weights(data: bytes | mmap.mmap | memoryview
+def _without_raw_weights(data: bytes | _FileData | memoryview
                          ) -> tuple[bytes, list[tuple[int, int] | None]]:
     """The serialized ModelProto ``data`` without the ``raw_data`` of each of its main graph's
     initializers that has one ``raw_data`` field of more than WEIGHT_ELEMENTS bytes, and per
@@ -210,7 +246,7 @@ def _without_raw_weights(data: bytes | mmap.mmap | memoryview
     return b"".join(_pieces(data, 0, len(data), _WEIGHT_PATH, spans)), spans
 
 
-def _pieces(data: bytes | mmap.mmap | memoryview, start: int, end: int,
+def _pieces(data: bytes | _FileData | memoryview, start: int, end: int,
             path: tuple[int, ...], spans: list[tuple[int, int] | None]) -> Iterator[bytes]:
     """The message ``data[start:end]`` re-encoded piece by piece: the fields on ``path`` are
     rebuilt (their lengths change), a large last one is left out, the rest copied."""
@@ -234,7 +270,7 @@ def _pieces(data: bytes | mmap.mmap | memoryview, start: int, end: int,
             yield _field(number, len(inner)) + inner
 
 
-def _fields(data: bytes | mmap.mmap | memoryview, start: int, end: int
+def _fields(data: bytes | _FileData | memoryview, start: int, end: int
             ) -> Iterator[tuple[int, int, int, int, int]]:
     """``(field number, wire type, field start, value start, value end)`` of each field of the
     message ``data[start:end]``."""
@@ -258,7 +294,7 @@ def _fields(data: bytes | mmap.mmap | memoryview, start: int, end: int
         yield tag >> 3, wire_type, first, value_start, position
 
 
-def _varint(data: bytes | mmap.mmap | memoryview, position: int) -> tuple[int, int]:
+def _varint(data: bytes | _FileData | memoryview, position: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = data[position]

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.weights import load_without_weights, serialized_with_weights
+from dml_onnx.weights import _FileData, load_without_weights, serialized_with_weights
 
 RNG = np.random.default_rng(11)
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -309,3 +309,19 @@ def test_a_text_format_file_loads_as_onnx_load_loads_it(tmp_path):
     light, arrays = load_without_weights(tmp_path / "model.onnxtxt")
     _check_split(onnx.load(tmp_path / "model.onnxtxt"), light, arrays)
     assert sorted(arrays) == ["f32", "f64"]
+
+
+def test_a_file_cut_short_while_it_is_read_raises_and_a_truncated_one_is_no_model(tmp_path):
+    """Reads, not a memory mapping: a file that shrinks under the split raises OSError (a
+    mapping would end the process with SIGBUS); one cut short before is not a model."""
+    path = tmp_path / "model.onnx"
+    onnx.save(_model(_initializers()[:3]), path)
+    data = path.read_bytes()
+    with _FileData(path) as reader:
+        assert reader[5] == data[5] and reader.read(10, 20) == data[10:30]
+        os.truncate(path, len(data) // 2)
+        with pytest.raises(OSError, match="ended at byte"):
+            reader.read_into(np.empty(len(data) - 100, np.uint8), 100)
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError, match="is not an ONNX model"):
+        load_without_weights(path, refer_to_file=True)
