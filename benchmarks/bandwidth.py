@@ -12,7 +12,6 @@ on those cores; no kernel that reads its whole input can be faster.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import time
@@ -42,10 +41,7 @@ def best_ms(call: Callable[[], object], repeat: int = 15) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=0,
-                        help="onnxruntime intra-op threads of every session (0: default)")
-    bench.threads = parser.parse_args().threads
+    bench.set_threads_from_arguments(__doc__.split("\n\n")[0])
     print("| row | input MB | read ms | copy ms | ours ms | peer ms | read GB/s | ours GB/s | "
           "peer GB/s | ours / read |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

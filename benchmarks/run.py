@@ -53,6 +53,15 @@ threads = 0
 """Threads every side may use (``--threads``; 0: each library's default)."""
 
 
+def set_threads_from_arguments(description: str) -> None:
+    """Parse a script's one option, ``--threads K``, into :data:`threads`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime intra-op threads of every session (0: default)")
+    global threads
+    threads = parser.parse_args().threads
+
+
 def session_options() -> ort.SessionOptions:
     """Session options with :data:`threads` as onnxruntime's intra-op thread count."""
     options = ort.SessionOptions()

@@ -17,7 +17,6 @@ Per tiny row of ``benchmarks/run.py``, in microseconds per call (best of several
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import time
@@ -87,10 +86,7 @@ def kernel_call(row: bench.Row) -> Callable[[], object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=0,
-                        help="onnxruntime intra-op threads of every session (0: default)")
-    bench.threads = parser.parse_args().threads
+    bench.set_threads_from_arguments(__doc__.split("\n\n")[0])
     print("| tiny row | native µs | Python floor µs | kernel µs | session µs | rest µs | "
           "session / native |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -120,8 +120,8 @@ def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int
     unique = len({t.name for t in initializers}) == len(initializers)
     for tensor, span in zip(initializers, spans, strict=True):
         numpy_type = _NUMPY_TYPES.get(tensor.data_type)
-        fits = numpy_type is not None and span is not None and \
-            span[1] == math.prod(tensor.dims) * np.dtype(numpy_type).itemsize
+        fits = numpy_type is not None and span is not None and min(tensor.dims, default=0) >= 0 \
+            and span[1] == math.prod(tensor.dims) * np.dtype(numpy_type).itemsize
         if not _split_off(tensor, span, data, keep=not (unique and fits)):
             continue
         start, size = span

@@ -137,8 +137,7 @@ def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tm
         "if importlib.util.find_spec('torch'):\n"
         "    import torch\n"
         "    assert torch.ones(2).sum().item() == 2\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    done = _cli(sys.executable, "-c", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[]"
     assert done.stdout.splitlines()[-1] == "['onnxruntime_extensions', 'numpy', 'onnx']"
@@ -154,8 +153,7 @@ def test_every_name_of_the_package_loads_on_first_use():
             "exec('from dml_onnx import *', namespace)\n"
             "assert all(namespace[n] is getattr(dml_onnx, n) for n in names)\n"
             "print(len(names))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = _cli(sys.executable, "-c", code)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == 23 + len(dml_onnx.OPERATORS)
     assert not hasattr(dml_onnx, "no_such_name")

@@ -325,3 +325,15 @@ def test_a_file_cut_short_while_it_is_read_raises_and_a_truncated_one_is_no_mode
     path.write_bytes(data[:len(data) // 2])
     with pytest.raises(ValueError, match="is not an ONNX model"):
         load_without_weights(path, refer_to_file=True)
+
+
+def test_negative_dims_keep_the_tensor_in_the_model():
+    """Dims whose product matches the bytes but that are negative: no array is made (numpy
+    would refuse the shape), the tensor stays for onnxruntime to reject."""
+    crafted = TensorProto(name="crafted", data_type=TensorProto.FLOAT, dims=[-2, -BIG],
+                          raw_data=np.zeros(2 * BIG, np.float32).tobytes())
+    model = _model([crafted])
+    for source in (model.SerializeToString(), model):
+        light, arrays = load_without_weights(source)
+        assert arrays == {}
+        _check_split(model, light, arrays)
