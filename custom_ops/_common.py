@@ -56,12 +56,10 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
-def round_half_away(values: np.ndarray) -> np.ndarray:
-    """Round .5 away from zero (C ``round``), exactly, in the input's float type."""
-    magnitude = np.abs(values)
-    whole = np.floor(magnitude)
-    whole = whole + (magnitude - whole >= 0.5)  # the difference is exact in floating point
-    return np.copysign(whole, values)
+def lowest(dtype: np.dtype) -> np.floating:
+    """``lowest(T)`` of the specification, the element type's lowest finite value (-65504
+    for float16), in the compute type: where a maximum starts."""
+    return compute_dtype(dtype).type(np.finfo(dtype).min)
 
 
 def check_ints(op: str, node: str, name: str, values: Sequence[int], *, minimum: int,

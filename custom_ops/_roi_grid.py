@@ -27,6 +27,8 @@ from custom_ops._common import (
     check_rank,
     check_work,
     compiled,
+    compute_dtype,
+    lowest,
 )
 
 REDUCTIONS = ("average", "max")
@@ -195,9 +197,11 @@ class Plan:
         self.work = amount * int(image_shape[1])  # sample reads
         check_work(op, node, "sample reads", self.work)
 
-    def settings(self, out_of_bounds: float = 0.0) -> np.ndarray:
-        """``[output_pixel_offset, input_pixel_offset, out_of_bounds]`` in the compute type,
-        as the compiled loops take them."""
-        s = self.sampling
-        return np.array([s.output_pixel_offset, s.input_pixel_offset, out_of_bounds],
-                        self.dtype)
+
+
+def loop_settings(sampling: Sampling, dtype: np.dtype, out_of_bounds: float = 0.0
+                  ) -> np.ndarray:
+    """``[output_pixel_offset, input_pixel_offset, out_of_bounds, lowest(T)]`` in the compute
+    type of element type ``dtype``, as the compiled loops take them."""
+    return np.array([sampling.output_pixel_offset, sampling.input_pixel_offset, out_of_bounds,
+                     lowest(dtype)], compute_dtype(dtype))

@@ -46,17 +46,20 @@ def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit,
         for k in range(4):
             if not np.isfinite(boxes[r, k]):
                 return 2, r, 0, 0.0
+    extent = np.empty((2, regions), first.dtype)  # the fused sizes that count samples
     for r in range(regions):
         for axis in range(2):
             scale = ct(scales[axis])
             start = boxes[r, 1 - axis] * scale
             first[axis, r] = start
             size[axis, r] = boxes[r, 3 - axis] * scale - start
+            fused = ct(fused_difference(boxes[r, 3 - axis], scale, start))
+            extent[axis, r] = fused if np.isfinite(fused) else size[axis, r]
         if not (np.isfinite(size[0, r]) and np.isfinite(size[1, r])):
             return 3, r, 0, 0.0
     for axis in range(2):
         for r in range(regions):
-            quotient = np.float64(np.ceil(abs(size[axis, r]) / ct(outputs[axis])))
+            quotient = np.float64(np.ceil(abs(extent[axis, r]) / ct(outputs[axis])))
             count = min(max(quotient, minimum), maximum)
             if count * outputs[axis] > limit:
                 return 4, r, axis, count * outputs[axis]
@@ -65,6 +68,23 @@ def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit,
     for r in range(regions):
         samples += np.float64(n[0, r] * outputs[0]) * np.float64(n[1, r] * outputs[1])
     return 0, 0, 0, samples
+
+
+@jit
+def fused_difference(a, b, c):
+    """``a * b - c`` rounded once (as a fused multiply-add), in float64: exact products of
+    float32 values, and Dekker's error-free product for float64 ones."""
+    a, b, c = np.float64(a), np.float64(b), np.float64(c)
+    product = a * b
+    split = 134217729.0  # 2 ** 27 + 1
+    a_hi = a * split - (a * split - a)
+    b_hi = b * split - (b * split - b)
+    a_lo, b_lo = a - a_hi, b - b_hi
+    error = ((a_hi * b_hi - product) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    difference = product - c
+    shift = difference - product
+    rest = (product - (difference - shift)) + (-c - shift)
+    return difference + (rest + error)
 
 
 @jit
@@ -112,7 +132,10 @@ def axis_samples(first, size, n, outputs, length, settings, align, linear):
         else:
             ts = half
         coordinate = first + ts * size - in_offset
-        within = coordinate >= -one and coordinate <= end
+        if align:
+            within = coordinate >= zero and coordinate <= top
+        else:
+            within = coordinate > -one and coordinate < end
         clamped = min(max(coordinate, zero), top)
         if linear:
             whole = np.floor(clamped)
@@ -141,11 +164,12 @@ def read_sample(Xt, b, ys, sy, xs, sx, linear, out_of_bounds, values):
     if not linear:
         values[:] = Xt[b, y0, x0]
         return
-    w00, w01 = ys[2][sy] * xs[2][sx], ys[2][sy] * xs[3][sx]
-    w10, w11 = ys[3][sy] * xs[2][sx], ys[3][sy] * xs[3][sx]
+    ly, lx = ys[3][sy], xs[3][sx]
     p00, p01, p10, p11 = Xt[b, y0, x0], Xt[b, y0, x1], Xt[b, y1, x0], Xt[b, y1, x1]
     for c in range(values.size):
-        values[c] = w00 * p00[c] + w01 * p01[c] + w10 * p10[c] + w11 * p11[c]
+        top = p00[c] + (p01[c] - p00[c]) * lx
+        bottom = p10[c] + (p11[c] - p10[c]) * lx
+        values[c] = top + (bottom - top) * ly
 
 
 @jit
@@ -155,7 +179,7 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
     _, height, width, channels = Xt.shape
     _, _, oh, ow = Y.shape
     acc = np.empty(channels, settings.dtype)
-    out_of_bounds = settings[2]
+    out_of_bounds, lowest = settings[2], settings[3]
     for r in regions:
         b = batch[r]
         ny, nx = n[0, r], n[1, r]
@@ -166,28 +190,29 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
         count = ct(ny * nx)
         for oy in range(oh):
             for ox in range(ow):
-                for c in range(channels):
-                    acc[c] = ct(-0.0) if average else ct(-np.inf)
+                acc[:] = ct(-0.0) if average else lowest
                 for sy in range(oy * ny, oy * ny + ny):
-                    y0, y1, wy0, wy1 = y_lo[sy], y_hi[sy], y_wlo[sy], y_whi[sy]
+                    y0, y1, ly = y_lo[sy], y_hi[sy], y_whi[sy]
                     for sx in range(ox * nx, ox * nx + nx):
-                        x0, x1 = x_lo[sx], x_hi[sx]
-                        w00, w01 = wy0 * x_wlo[sx], wy0 * x_whi[sx]
-                        w10, w11 = wy1 * x_wlo[sx], wy1 * x_whi[sx]
+                        x0, x1, lx = x_lo[sx], x_hi[sx], x_whi[sx]
                         if not (y_in[sy] and x_in[sx]):
                             for c in range(channels):
                                 v = out_of_bounds
-                                acc[c] = acc[c] + v if average else (
-                                    v if v > acc[c] or v != v else acc[c])
+                                acc[c] = acc[c] + v if average else (v if v > acc[c]
+                                                                     else acc[c])
                         elif linear and average:
                             for c in range(channels):
-                                acc[c] += (w00 * Xt[b, y0, x0, c] + w01 * Xt[b, y0, x1, c]
-                                           + w10 * Xt[b, y1, x0, c] + w11 * Xt[b, y1, x1, c])
+                                top = Xt[b, y0, x0, c] + (Xt[b, y0, x1, c] - Xt[b, y0, x0, c]) * lx
+                                bottom = Xt[b, y1, x0, c] + (Xt[b, y1, x1, c]
+                                                             - Xt[b, y1, x0, c]) * lx
+                                acc[c] += top + (bottom - top) * ly
                         elif linear:
                             for c in range(channels):
-                                v = (w00 * Xt[b, y0, x0, c] + w01 * Xt[b, y0, x1, c]
-                                     + w10 * Xt[b, y1, x0, c] + w11 * Xt[b, y1, x1, c])
-                                if v > acc[c] or v != v:
+                                top = Xt[b, y0, x0, c] + (Xt[b, y0, x1, c] - Xt[b, y0, x0, c]) * lx
+                                bottom = Xt[b, y1, x0, c] + (Xt[b, y1, x1, c]
+                                                             - Xt[b, y1, x0, c]) * lx
+                                v = top + (bottom - top) * ly
+                                if v > acc[c]:  # False for NaN
                                     acc[c] = v
                         elif average:
                             for c in range(channels):
@@ -195,7 +220,7 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
                         else:
                             for c in range(channels):
                                 v = Xt[b, y0, x0, c]
-                                if v > acc[c] or v != v:
+                                if v > acc[c]:
                                     acc[c] = v
                 for c in range(channels):
                     Y[r, c, oy, ox] = acc[c] / count if average else acc[c]

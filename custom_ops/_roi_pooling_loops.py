@@ -34,20 +34,17 @@ def region_geometry(rois, scale, images, height, width, batch, hs, he, ws, we):
         if not (abs(x1) <= EXACT and abs(y1) <= EXACT and abs(x2) <= EXACT
                 and abs(y2) <= EXACT):  # also inf and NaN
             return GEOMETRY_OTHER, 0.0
-        rows = _bins(_round_half_away(y1), _round_half_away(y2), height, hs[r], he[r])
-        columns = _bins(_round_half_away(x1), _round_half_away(x2), width, ws[r], we[r])
+        rows = _bins(_round_half_even(y1), _round_half_even(y2), height, hs[r], he[r])
+        columns = _bins(_round_half_even(x1), _round_half_even(x2), width, ws[r], we[r])
         pixels += rows * columns
     return GEOMETRY_OK, pixels
 
 
 @jit
-def _round_half_away(value):
-    """``value`` rounded half away from zero, as int64 (``|value| <= EXACT``)."""
-    magnitude = abs(value)
-    whole = np.floor(magnitude)
-    if magnitude - whole >= 0.5:  # exact in floating point
-        whole += 1
-    return np.int64(whole) if value >= 0 else -np.int64(whole)
+def _round_half_even(value):
+    """``value`` rounded to the nearest integer, .5 to the even one, as int64
+    (``|value| <= EXACT``)."""
+    return np.int64(np.rint(value))
 
 
 @jit
@@ -65,11 +62,11 @@ def _bins(lo, hi, limit, starts, ends):
 
 
 @jit
-def pool_regions(Xt, batch, hs, he, ws, we, regions, Y):
+def pool_regions(Xt, batch, hs, he, ws, we, regions, lowest, Y):
     """``Y[r] [C, PH, PW]`` for every region ``r`` in ``regions``: per bin, the maximum over
     rows ``hs[r, i]:he[r, i]`` and columns ``ws[r, j]:we[r, j]`` of the channels-last image
-    ``Xt[batch[r]] [H, W, C]`` (NaN wins), 0 for an empty bin."""
-    ct = Y.dtype.type
+    ``Xt[batch[r]] [H, W, C]``, starting at ``lowest`` (the output type's lowest finite value)
+    and ignoring NaN; 0 for an empty bin."""
     channels = Xt.shape[3]
     _, _, ph, pw = Y.shape
     acc = np.empty(channels, Y.dtype)
@@ -81,20 +78,19 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, Y):
                     for c in range(channels):
                         Y[r, c, i, j] = 0
                     continue
-                for c in range(channels):
-                    acc[c] = ct(-np.inf)
+                acc[:] = lowest
                 for y in range(hs[r, i], he[r, i]):
                     for x in range(ws[r, j], we[r, j]):
                         for c in range(channels):
                             v = Xt[b, y, x, c]
-                            if v > acc[c] or v != v:
+                            if v > acc[c]:  # False for NaN
                                 acc[c] = v
                 for c in range(channels):
                     Y[r, c, i, j] = acc[c]
 
 
 @jit
-def small_pool(Xt, rois, scale, serial_work, Y):
+def small_pool(Xt, rois, scale, serial_work, lowest, Y):
     """:func:`pool_regions` on every region in one call with its geometry (a small call's one
     compiled call), where :func:`region_geometry` finds every row fine and the pixels read
     times the channels are at most ``serial_work``. Returns whether ``Y`` is done; when not,
@@ -108,15 +104,16 @@ def small_pool(Xt, rois, scale, serial_work, Y):
                                      hs, he, ws, we)
     if status != GEOMETRY_OK or pixels * Xt.shape[3] > serial_work:
         return False
-    pool_regions(Xt, batch, hs, he, ws, we, np.arange(regions), Y)
+    pool_regions(Xt, batch, hs, he, ws, we, np.arange(regions), lowest, Y)
     return True
 
 
 @jit
-def argmax_regions(Xt, batch, hs, he, ws, we, Y):
+def argmax_regions(Xt, batch, hs, he, ws, we, lowest, Y):
     """Like :func:`pool_regions`, but ``Y[r, c, i, j]`` is the flat position in
     ``X [N, C, H, W]`` of the value the bin's maximum took (the first maximum in row-major
-    order, a later NaN over anything), -1 for an empty bin."""
+    order), -1 for an empty bin or one whose maximum is ``lowest`` because it holds no value
+    of at least ``lowest`` (only NaN or -inf)."""
     _, height, width, channels = Xt.shape
     _, _, ph, pw = Y.shape
     best = np.empty(channels, Xt.dtype)
@@ -126,11 +123,11 @@ def argmax_regions(Xt, batch, hs, he, ws, we, Y):
             for j in range(pw):
                 for c in range(channels):
                     Y[r, c, i, j] = -1
-                    best[c] = -np.inf
+                    best[c] = lowest
                 for y in range(hs[r, i], he[r, i]):
                     for x in range(ws[r, j], we[r, j]):
                         for c in range(channels):
                             v = Xt[b, y, x, c]
-                            if v > best[c] or v != v or Y[r, c, i, j] < 0:
+                            if v > best[c] or (v == best[c] and Y[r, c, i, j] < 0):
                                 best[c] = v
                                 Y[r, c, i, j] = ((b * channels + c) * height + y) * width + x

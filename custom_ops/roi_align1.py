@@ -11,9 +11,12 @@ Along x (y alike, with ``y1, y2, spatial_scale_y, H, OH``) region r is sampled a
     t(s) = (s - output_pixel_offset) / S        (/ (S - 1) when aligning corners; 1/2 if S == 1)
     X(s) = sx1 + t(s) * size - input_pixel_offset                      (pixel centres at integers)
 
-Output ``(oy, ox)`` reduces (average or max) its ``n_y * n_x`` samples. A sample outside
-``[-1, H] x [-1, W]`` reads ``out_of_bounds_input_value``; the others are clamped into the image
-and read bilinearly or at ``floor(v + 0.5)``. float16 is computed in float32 and rounded once.
+(``n`` from the size computed as DirectML does, ``fma(x2, scale, -sx1)``). Output ``(oy, ox)``
+reduces its ``n_y * n_x`` samples: their mean, or their maximum from ``lowest(T)`` ignoring
+NaN. A sample outside ``(-1, H) x (-1, W)`` (``[0, H - 1] x [0, W - 1]`` when aligning corners)
+reads ``out_of_bounds_input_value``; the others are clamped into the image and read at
+``floor(v + 0.5)`` or by two nested linear interpolations, x first. float16 is computed in
+float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops` over a channels-last copy of
 X, regions split over threads; a call small enough for one thread plans and runs in one
@@ -49,11 +52,12 @@ from custom_ops._roi_grid import (
     check_region_layout,
     check_regions,
     check_sampling,
+    loop_settings,
     region_arrays,
 )
 
 OP = "RoiAlign1"
-COMPUTE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+FLOAT_TYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
 def _check_all(node: str, output_size: Sequence[int], out_of_bounds_input_value: float,
@@ -75,8 +79,7 @@ def prepare(*, node: str = "", **attributes: Any
     """:func:`roi_align1` for one node, its attributes (keywords of :func:`roi_align1`)
     checked once: ``run(X, rois, batch_indices) -> Y``."""
     size, sampling, out_of_bounds = _check_all(node, **attributes)
-    settings = {t: np.array([sampling.output_pixel_offset, sampling.input_pixel_offset,
-                             out_of_bounds], t) for t in COMPUTE_TYPES}
+    settings = {t: loop_settings(sampling, t, out_of_bounds) for t in FLOAT_TYPES}
     return functools.partial(_run, node, size, sampling, settings, LayoutMemo())
 
 
@@ -125,10 +128,10 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
     if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
                            np.ascontiguousarray(indices, np.int64), sampling.scales,
                            sampling.minimum, sampling.maximum, SAMPLE_LIMIT, serial_work(),
-                           settings[dtype], *flags, Y):
+                           settings[X.dtype], *flags, Y):
         return Y.astype(X.dtype, copy=False)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
     run_parallel([functools.partial(loops.forward, Xt, plan.batch, plan.first, plan.size,
-                                    plan.n, regions, settings[dtype], *flags, Y)
+                                    plan.n, regions, settings[X.dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
     return Y.astype(X.dtype, copy=False)

@@ -50,6 +50,7 @@ from custom_ops._roi_grid import (
     check_region_layout,
     check_regions,
     check_sampling,
+    loop_settings,
 )
 
 OP = "RoiAlignGrad"
@@ -167,7 +168,8 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
         plan = Plan(OP, node, shape, boxes, indices, sampling, (oh, ow), dtype)
         Xt = channels_last(X, dtype) if uses_x else None
         _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dX,
-                  drois if want_drois else drois[:0])
+                  drois if want_drois else drois[:0],
+                  loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS))
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
@@ -177,13 +179,13 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
 
 
 def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
-              dX: np.ndarray | None, drois: np.ndarray) -> None:
-    """Fill ``drois`` (when it has rows) and ``dX`` (when given)."""
+              dX: np.ndarray | None, drois: np.ndarray, settings: np.ndarray) -> None:
+    """Fill ``drois`` (when it has rows) and ``dX`` (when given); ``settings`` as
+    :func:`~custom_ops._roi_grid.loop_settings`."""
     loops = compiled("_roi_loops")
 
     sampling = plan.sampling
     regions, channels, oh, ow = grads.shape
-    settings = plan.settings(OUT_OF_BOUNDS)
     flags = sampling.align_corners, sampling.linear, sampling.average
     keep_winners = dX is not None and not sampling.average
     winner_type = np.int32 if int((plan.n[0] * plan.n[1]).max()) < 1 << 31 else np.int64

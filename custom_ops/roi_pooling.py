@@ -9,12 +9,14 @@ Shapes (torchvision.ops / ONNX ``MaxRoiPool`` style):
 * ``Y``: ``[R, C, PH, PW]`` of X's type, ``pooled_size = [PH, PW]``.
 
 Conventions (spec section 1): the batch id is truncated toward zero and must lie in ``[0, N)``;
-each corner is ``round_half_away(coordinate * spatial_scale)`` with the product in float32
+each corner is ``round_half_even(coordinate * spatial_scale)`` with the product in float32
 (float64 for double input); the region is ``max(x2 - x1 + 1, 1)`` wide (likewise high); bin
 ``p`` of ``P`` spans ``[p * size // P, ceil((p + 1) * size / P))`` from the region start, in
-exact integer arithmetic, clamped to the image; an empty bin gives 0 and a NaN in a bin gives
-NaN. float16 is computed in float32 and rounded once at the end (max is exact, so this is
-float16's own max; numpy's float16 maximum is slow).
+exact integer arithmetic, clamped to the image; an empty bin gives 0. The maximum starts at
+``lowest(T)`` (-3.4028235e38 for float32, -65504 for float16) and ignores NaN, as DirectML
+measures: a bin of only NaN or -inf gives ``lowest(T)``. float16 is computed in float32 and
+rounded once at the end (max is exact, so this is float16's own max; numpy's float16 maximum
+is slow).
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_pooling_loops` check the rows and
 compute every bin edge in int64, then pool over a channels-last copy of X (contiguous runs of
@@ -44,8 +46,8 @@ from custom_ops._common import (
     compiled,
     compute_dtype,
     interleaved,
+    lowest,
     memory_limit,
-    round_half_away,
     run_parallel,
     serial_work,
 )
@@ -163,20 +165,20 @@ def _run(node: str, pooled: tuple[int, int], spatial_scale: float, layout: Layou
         loops = compiled("_roi_pooling_loops")
         Xt = channels_last(X, ctype)
         if loops.small_pool(Xt, np.ascontiguousarray(rows, ctype), ctype.type(spatial_scale),
-                            serial_work(), Y):
+                            serial_work(), lowest(X.dtype), Y):
             return Y.astype(X.dtype, copy=False)
     geometry, pixels = _geometry(node, rows, n, h, w, *pooled, spatial_scale)
     if Y.size == 0 or h == 0 or w == 0:
         return np.zeros(Y.shape, X.dtype)
-    _pool(Xt, geometry, pixels * c, Y)
+    _pool(Xt, geometry, pixels * c, lowest(X.dtype), Y)
     return Y.astype(X.dtype, copy=False)
 
 
 def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
                        spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
     """Where each bin's maximum came from: ``[R, C, PH, PW]`` int64 flat positions in ``X``
-    (-1 for an empty bin), the same bins and tie rule as :func:`roi_pooling` (its gradient
-    goes to these positions)."""
+    (-1 for an empty bin or one of only NaN and -inf), the same bins and tie rule as
+    :func:`roi_pooling` (its gradient goes to these positions)."""
     ph_count, pw_count = _attributes(node, tuple(np.ravel(pooled_size).tolist()),
                                      float(spatial_scale))
     X = np.asarray(X)
@@ -188,7 +190,7 @@ def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence
     positions = np.full((rois.shape[0], c, ph_count, pw_count), -1, np.int64)
     if positions.size and h and w:
         compiled("_roi_pooling_loops").argmax_regions(
-            channels_last(X, compute_dtype(X.dtype)), *geometry, positions)
+            channels_last(X, compute_dtype(X.dtype)), *geometry, lowest(X.dtype), positions)
     return positions
 
 
@@ -221,12 +223,12 @@ def _number(value: float) -> int | float:
 
 
 def _rounded_corners(scaled: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``round_half_away`` of the scaled corners ``[R, 4]``, as exact integers per corner.
+    """``round_half_even`` of the scaled corners ``[R, 4]``, as exact integers per corner.
 
     The result is int64 when every later bin computation fits in int64, else an object array
     of Python ints.
     """
-    rounded = _exact_ints(round_half_away(scaled))
+    rounded = _exact_ints(np.rint(scaled))
     return tuple(rounded[:, j] for j in range(4))
 
 
@@ -251,12 +253,12 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
             np.minimum(np.maximum(end, 0), limit).astype(np.int64, copy=False))
 
 
-def _pool(Xt: np.ndarray, geometry: tuple[np.ndarray, ...], work: float, Y: np.ndarray
-          ) -> None:
+def _pool(Xt: np.ndarray, geometry: tuple[np.ndarray, ...], work: float, start: np.floating,
+          Y: np.ndarray) -> None:
     """The bin maxima into ``Y [R, C, PH, PW]`` (the compute type) by the compiled loop over
     the channels-last ``Xt`` (each pixel's ``C`` values contiguous), regions split over
-    threads; ``work``: the values the bins read."""
+    threads; ``work``: the values the bins read; ``start``: ``lowest(T)``."""
     loops = compiled("_roi_pooling_loops")
 
-    run_parallel([functools.partial(loops.pool_regions, Xt, *geometry, part, Y)
+    run_parallel([functools.partial(loops.pool_regions, Xt, *geometry, part, start, Y)
                   for part in interleaved(Y.shape[0], work)])

@@ -4,13 +4,14 @@
 ``[batch_id, x1, y1, x2, y2]``, give ``Y [R, C, PH, PW]`` of ``X``'s type::
 
     b  = trunc(batch_id)
-    x1 = round_half_away(x1 * spatial_scale)       (y1, x2, y2 alike; the product in float32,
+    x1 = round_half_even(x1 * spatial_scale)       (y1, x2, y2 alike; the product in float32,
                                                     or float64 for double)
     RH = max(y2 - y1 + 1, 1)
     rows of bin ph: [ph * RH / PH + y1, ceil_div((ph + 1) * RH, PH) + y1), clamped to [0, H]
-    Y[r, c, ph, pw] = max of X[b, c] over the rows of bin ph and the columns of bin pw
+    Y[r, c, ph, pw] = maxnum(lowest(T), X[b, c] over the rows of bin ph and columns of bin pw)
 
-(columns alike, with x1, x2, PW and W). An empty bin gives 0, a bin holding a NaN gives NaN.
+(columns alike, with x1, x2, PW and W): NaN is ignored and a bin of only NaN or -inf gives
+``lowest(T)``, the type's lowest finite value. An empty bin gives 0.
 Bin edges are exact Python integers; a maximum is one of the input values, so ``Y`` is exact.
 """
 
@@ -39,31 +40,30 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
     for r, row in enumerate(rows.tolist()):
         b = math.trunc(row[0])
         x1, y1, x2, y2 = region_corners(row, spatial_scale, X.dtype)
+        start = float(np.finfo(X.dtype).min)
         row_bins = bin_edges(y1, y2, ph_count, height)
         column_bins = bin_edges(x1, x2, pw_count, width)
         for c in range(channels):
             for ph, (hstart, hend) in enumerate(row_bins):
                 for pw, (wstart, wend) in enumerate(column_bins):
                     Y[r, c, ph, pw] = _bin_maximum(planes[b][c], range(hstart, hend),
-                                                   range(wstart, wend))
+                                                   range(wstart, wend), start)
     return Y
 
 
-def round_half_away(v: float) -> int:
-    """``v`` rounded to an integer, .5 away from zero (C ``round``), exactly."""
-    magnitude = abs(v)
-    whole = math.floor(magnitude)
-    if magnitude - whole >= 0.5:  # exact in floating point
-        whole += 1
-    return whole if v >= 0 else -whole
+def round_half_even(v: float) -> int:
+    """``v`` rounded to an integer, .5 to the even one (IEEE, HLSL ``round``), exactly."""
+    whole = math.floor(v)
+    rest = v - whole  # exact in floating point
+    return whole + (rest > 0.5 or (rest == 0.5 and whole % 2 == 1))
 
 
 def region_corners(row: Sequence[float], spatial_scale: float, dtype: np.dtype) -> list[int]:
     """``[x1, y1, x2, y2]`` of one rois row ``[batch_id, x1, y1, x2, y2]`` of ``dtype``:
-    ``round_half_away(coordinate * spatial_scale)``, the product in float32 (float64 for
+    ``round_half_even(coordinate * spatial_scale)``, the product in float32 (float64 for
     double)."""
     ftype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
-    return [round_half_away(float(ftype(v) * ftype(spatial_scale))) for v in row[1:]]
+    return [round_half_even(float(ftype(v) * ftype(spatial_scale))) for v in row[1:]]
 
 
 def bin_edges(lo: int, hi: int, pooled: int, limit: int) -> list[tuple[int, int]]:
@@ -78,12 +78,11 @@ def bin_edges(lo: int, hi: int, pooled: int, limit: int) -> list[tuple[int, int]
     return edges
 
 
-def _bin_maximum(plane: list[list[float]], rows: range, columns: range) -> float:
-    """The largest value of ``plane`` over a bin: 0 when the bin is empty, NaN when it holds
-    a NaN."""
+def _bin_maximum(plane: list[list[float]], rows: range, columns: range,
+                 start: float) -> float:
+    """``maxnum`` of ``start`` and the values of ``plane`` over a bin (NaN ignored); 0 when
+    the bin is empty."""
     values = [plane[y][x] for y in rows for x in columns]
     if not values:
         return 0.0
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return max(values)
+    return max([start, *(v for v in values if not math.isnan(v))])
