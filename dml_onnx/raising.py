@@ -103,9 +103,27 @@ class _Raise:
 
 
 def _max_roi_pool(node: _Node, positive_rois: bool) -> _Raise:
-    return _Raise("RoiPooling", list(node.proto.input), {
-        "pooled_size": node.get("pooled_shape", None),
-        "spatial_scale": node.get("spatial_scale", 1.0)})
+    """``MaxRoiPool`` rounds the scaled corners half away from zero, ``RoiPooling`` half to
+    even: the raised node reads corners scaled and rounded as ``MaxRoiPool`` does (in float32
+    for float16) with ``spatial_scale`` 1."""
+    image, rois = node.proto.input
+    elem = node.types.get(rois)
+    node.require(elem is not None, "the element type of the ROIs is unknown")
+    before = node.emitter("before")
+    ctype = onnx.TensorProto.FLOAT if elem == onnx.TensorProto.FLOAT16 else elem
+    ids, corners = before.op("Split", before.cast(rois, ctype) if ctype != elem else rois,
+                             before.constant([1, 4]), axis=1, outputs=2)
+    scaled = before.op("Mul", corners, before.constant(node.get("spatial_scale", 1.0), ctype))
+    magnitude = before.op("Abs", scaled)
+    whole = before.op("Floor", magnitude)
+    half_up = before.op("GreaterOrEqual", before.op("Sub", magnitude, whole),
+                        before.constant(0.5, ctype))
+    rounded = before.op("Mul", before.op("Add", whole, before.cast(half_up, ctype)),
+                        before.op("Sign", scaled))  # round_half_away, exact
+    rows = before.op("Concat", ids, rounded, axis=1)
+    return _Raise("RoiPooling", [image, before.cast(rows, elem) if ctype != elem else rows], {
+        "pooled_size": node.get("pooled_shape", None), "spatial_scale": 1.0},
+        before=before.nodes)
 
 
 def _roi_align(node: _Node, positive_rois: bool) -> _Raise:

@@ -1,8 +1,17 @@
-"""Shape rules shared by the region-of-interest operators."""
+"""Shape rules and values shared by the region-of-interest operators."""
 
 from __future__ import annotations
 
+import numpy as np
+from onnx import helper
+
 from dml_onnx.definition import Dim, Shape
+
+
+def lowest(elem_type: int) -> float:
+    """``lowest(T)`` of the spec for an onnx element type: its lowest finite value, where a
+    maximum starts."""
+    return float(np.finfo(helper.tensor_dtype_to_np_dtype(elem_type)).min)
 
 
 def spatial_image(op: str, node: str, shape: Shape, name: str = "X") -> list[Dim]:

@@ -141,7 +141,9 @@ class RoiGrid:
         node, a, ct = self.node, self.node.attributes, self.ct
         scaled_first = node.op("Mul", first, self._scalar(scale))
         size = node.op("Sub", node.op("Mul", last, self._scalar(scale)), scaled_first)
-        quotient = node.op("Ceil", node.op("Div", node.op("Abs", size), node.cast(outputs, ct)))
+        extent = self._fused_difference(last, scale, scaled_first)
+        quotient = node.op("Ceil", node.op("Div", node.op("Abs", extent),
+                                           node.cast(outputs, ct)))
         n = node.cast(node.op("Clip", node.cast(quotient, TensorProto.DOUBLE),
                               node.constant(a["minimum_samples_per_output"], TensorProto.DOUBLE),
                               node.constant(a["maximum_samples_per_output"], TensorProto.DOUBLE)),
@@ -169,8 +171,12 @@ class RoiGrid:
                         self._scalar(a["input_pixel_offset"]))
         last_pixel = node.op("Sub", length, node.constant(1))
         last_f = node.cast(last_pixel, ct)
-        inside = node.op("And", node.op("GreaterOrEqual", coord, self._scalar(-1)),
-                         node.op("LessOrEqual", coord, node.cast(length, ct)))
+        if a["align_regions_to_corners"]:
+            inside = node.op("And", node.op("GreaterOrEqual", coord, self._scalar(0)),
+                             node.op("LessOrEqual", coord, last_f))
+        else:
+            inside = node.op("And", node.op("Greater", coord, self._scalar(-1)),
+                             node.op("Less", coord, node.cast(length, ct)))
         clamped = node.op("Clip", coord, self._scalar(0), last_f)
         unclamped = node.op("And", inside, node.op("Equal", coord, clamped))
         safe = node.op("Where", inside, clamped, self._scalar(0))
@@ -186,6 +192,36 @@ class RoiGrid:
         return Axis(n, most, node.unsqueeze(valid, place), node.unsqueeze(t, place),
                     node.unsqueeze(inside, place), node.unsqueeze(unclamped, place), lo, hi,
                     node.unsqueeze(frac, place) if frac else "")
+
+    def _fused_difference(self, last: str, scale: float, scaled_first: str) -> str:
+        """``last * scale - scaled_first`` rounded once (a fused multiply-add), as
+        ``custom_ops._roi_loops.fused_difference`` computes it: in double, with Dekker's
+        error-free product (exact, error 0, for float32 values); where it is not finite
+        (an overflow in the split) the plain difference stands in."""
+        node, double = self.node, TensorProto.DOUBLE
+        a, b, c = (node.cast(v, double) if self.ct != double else v
+                   for v in (last, self._scalar(scale), scaled_first))
+        product = node.op("Mul", a, b)
+        split = node.constant(134217729.0, double)  # 2 ** 27 + 1
+
+        def halves(v: str) -> tuple[str, str]:
+            scaled = node.op("Mul", v, split)
+            high = node.op("Sub", scaled, node.op("Sub", scaled, v))
+            return high, node.op("Sub", v, high)
+
+        (a_hi, a_lo), (b_hi, b_lo) = halves(a), halves(b)
+        error = node.op("Add", node.op("Add", node.op("Add", node.op(
+            "Sub", node.op("Mul", a_hi, b_hi), product), node.op("Mul", a_hi, b_lo)),
+            node.op("Mul", a_lo, b_hi)), node.op("Mul", a_lo, b_lo))
+        difference = node.op("Sub", product, c)
+        shift = node.op("Sub", difference, product)
+        rest = node.op("Add", node.op("Sub", product, node.op("Sub", difference, shift)),
+                       node.op("Sub", node.op("Neg", c), shift))
+        fused = node.op("Add", difference, node.op("Add", rest, error))
+        fused = node.cast(fused, self.ct) if self.ct != double else fused
+        plain = node.op("Sub", node.op("Mul", last, self._scalar(scale)), scaled_first)
+        return node.op("Where", node.op("IsInf", fused), plain,
+                       node.op("Where", node.op("IsNaN", fused), plain, fused))
 
     # ------------------------------------------------------------------ reading samples
     def rows(self, ys: str, xs: str) -> str:
@@ -221,15 +257,17 @@ class RoiGrid:
         return [self.node.op("Mul", a, b) for a in (wy, self.y.frac) for b in (wx, self.x.frac)]
 
     def values(self, image: str, out_of_bounds: float) -> str:
-        """Every sample's value ``[R, OH, MY, OW, MX, C]``, the spec's formula term by term;
-        out-of-bounds samples read ``out_of_bounds``."""
+        """Every sample's value ``[R, OH, MY, OW, MX, C]``, the spec's nested linear
+        interpolations (x first) operation by operation; out-of-bounds samples read
+        ``out_of_bounds``."""
         node = self.node
         if self.linear:
-            terms = [node.op("Mul", w, p)
-                     for w, p in zip(self.corner_weights, self.corners(image))]
-            value = terms[0]
-            for term in terms[1:]:
-                value = node.op("Add", value, term)
+            p00, p01, p10, p11 = self.corners(image)
+
+            def lerp(a: str, b: str, fraction: str) -> str:
+                return node.op("Add", a, node.op("Mul", node.op("Sub", b, a), fraction))
+
+            value = lerp(lerp(p00, p01, self.x.frac), lerp(p10, p11, self.x.frac), self.y.frac)
         else:
             value = self.read(image, self.y.lo, self.x.lo)
         return node.op("Where", self.inside, value, self._scalar(out_of_bounds))
@@ -242,25 +280,23 @@ class RoiGrid:
         total = node.reduce("ReduceSum", kept, [2, 4], keepdims=0)
         return node.op("Div", total, node.unsqueeze(self.count, [1, 2, 3]))
 
-    def maximum(self, values: str) -> tuple[str, str]:
-        """The largest valid sample ``[R, OH, 1, OW, 1, C]``, NaN where a valid sample is NaN
-        (as ``np.maximum``), and ``[R, OH, MY, OW, MX, C]`` bool: the valid NaN samples."""
+    def maximum(self, values: str, lowest: float) -> str:
+        """``maxnum`` of ``lowest`` and the valid samples, ``[R, OH, 1, OW, 1, C]``: NaN
+        (and -inf) samples read ``lowest``."""
         node = self.node
-        kept = node.op("Where", self.valid, values, self._scalar(float("-inf")))
-        nan = node.op("And", node.op("IsNaN", values), self.valid)
-        any_nan = node.cast(node.reduce("ReduceMax", node.cast(nan, TensorProto.INT32),
-                                        [2, 4]), TensorProto.BOOL)
-        largest = node.op("Where", any_nan, self._scalar(float("nan")),
-                          node.reduce("ReduceMax", kept, [2, 4]))
-        return largest, nan
+        start = self._scalar(lowest)
+        kept = node.op("Where", node.op("And", self.valid, node.op(
+            "GreaterOrEqual", values, start)), values, start)
+        return node.reduce("ReduceMax", kept, [2, 4])
 
-    def first_maximum(self, values: str) -> str:
+    def first_maximum(self, values: str, lowest: float) -> str:
         """``[R, OH, MY, OW, MX, C]`` bool: the first valid sample (row-major over the
-        ``n_y x n_x`` samples of its output) holding the maximum, the first NaN if any."""
+        ``n_y x n_x`` samples of its output) holding the maximum, where it is above
+        ``lowest`` (none where every sample is NaN, -inf or ``lowest``)."""
         node = self.node
-        largest, nan = self.maximum(values)
-        # where a sample is NaN, the maximum is NaN and equals nothing
-        hit = node.op("Or", node.op("And", node.op("Equal", values, largest), self.valid), nan)
+        largest = self.maximum(values, lowest)
+        hit = node.op("And", node.op("And", node.op("Equal", values, largest), self.valid),
+                      node.op("Greater", values, self._scalar(lowest)))
         rank_y = node.op("Range", node.constant(0), self.y.most, node.constant(1))
         rank_x = node.op("Range", node.constant(0), self.x.most, node.constant(1))
         rank = node.op("Add", node.unsqueeze(node.op("Mul", rank_y, self.x.most),

@@ -20,7 +20,7 @@ from dml_onnx.definition import (
     Shape,
 )
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._roi import roi_count, same_dim, spatial_image
+from dml_onnx.ops._roi import lowest, roi_count, same_dim, spatial_image
 from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, regions, to_compute
 from dml_onnx.reference_ops import roi_align1 as reference
 
@@ -120,7 +120,7 @@ def _standard_form(node: StandardNode) -> None:
     if a["reduction_function"] == "average":
         pooled = grid.average(values)
     else:
-        pooled = node.squeeze(grid.maximum(values)[0], [2, 4])
+        pooled = node.squeeze(grid.maximum(values, lowest(node.elem_type)), [2, 4])
     finish(node, node.outputs[0], "Transpose", pooled, perm=[0, 3, 1, 2])  # [R, C, OH, OW]
 
 

@@ -11,7 +11,7 @@ from onnx import NodeProto, helper
 from custom_ops import roi_align_grad as kernel
 from dml_onnx.definition import Attribute, Example, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._roi import same_dim, spatial_image
+from dml_onnx.ops._roi import lowest, same_dim, spatial_image
 from dml_onnx.ops._roi_sampling import (
     Axis,
     RoiGrid,
@@ -95,7 +95,8 @@ def _standard_form(node: StandardNode) -> None:
         weights = node.op("Where", take, node.op(
             "Div", g, node.unsqueeze(grid.count, [1, 2, 3, 4, 5])), zero)
     else:
-        take = node.op("And", grid.first_maximum(grid.values(image, 0.0)), grid.inside)
+        take = node.op("And", grid.first_maximum(grid.values(image, 0.0),
+                                                      lowest(node.elem_type)), grid.inside)
         weights = node.op("Where", take, g, zero)
     if dx_name:
         _image_gradient(node, grid, weights, sizes, dx_name)

@@ -18,7 +18,7 @@ from dml_onnx.definition import (
     Shape,
 )
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._roi import roi_count, spatial_image
+from dml_onnx.ops._roi import lowest, roi_count, spatial_image
 from dml_onnx.reference_ops import roi_pooling as reference
 
 
@@ -29,49 +29,49 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
 
 
 def _standard_form(node: StandardNode) -> None:
-    """``MaxRoiPool`` over rois reshaped to ``[R, 5]`` for float32, and float16 through
-    float32, with ``spatial_scale > 0`` (onnxruntime rejects other scales); else the exact
-    decomposition of :func:`_decomposition`.
+    """``MaxRoiPool`` for float32 (float16 through float32) over rois whose corners are
+    scaled and rounded half to even in the graph (``Mul``, ``Round``), with ``spatial_scale``
+    1: ``MaxRoiPool`` rounds half away from zero, which leaves integers as they are. Else (or
+    with ``node.native = False``) the exact decomposition of :func:`_decomposition`.
 
     ``MaxRoiPool`` means the spec's integer bin edges (what DirectML computes). onnxruntime's
     CPU kernel differs from it: its edges are computed in float32 and differ for some region
-    sizes (57 rows in 7 bins), it keeps a NaN only when NaN is the last value of a bin, and a
-    bin of -inf values gives -3.4e38. ``node.native = False`` gives the decomposition, which
-    matches the kernel bit for bit (up to the coordinate bound stated there).
+    sizes (57 rows in 7 bins), and it keeps a NaN when NaN is the last value of a bin, where
+    DirectML ignores NaN. The decomposition matches the kernel bit for bit (up to the
+    coordinate bound stated there).
     """
     rows = node.op("Reshape", node.inputs[1], node.constant([-1, 5]))
-    native = (node.elem_type != TensorProto.DOUBLE and node.attributes["spatial_scale"] > 0
-              and node.uses_native("MaxRoiPool"))
-    if not native:
+    if node.elem_type == TensorProto.DOUBLE or not node.uses_native("MaxRoiPool"):
         _decomposition(node, rows)
         return
     x = node.inputs[0]
     if node.elem_type == TensorProto.FLOAT16:  # max of float16 values in float32 is exact
         x, rows = node.cast(x, TensorProto.FLOAT), node.cast(rows, TensorProto.FLOAT)
-    _write_output(node, TensorProto.FLOAT, "MaxRoiPool", x, rows,
-                  pooled_shape=node.attributes["pooled_size"],
-                  spatial_scale=node.attributes["spatial_scale"])
-
-
-def _write_output(node: StandardNode, compute_type: int, op_type: str, *inputs: str,
-                  **attributes: Any) -> None:
-    """Emit ``op_type`` computing Y in ``compute_type``, cast to ``T`` where that differs."""
-    if compute_type == node.elem_type:
-        node.op(op_type, *inputs, outputs=node.outputs, **attributes)
-    else:
-        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=node.outputs,
-                to=node.elem_type)
+    ids, corners = node.op("Split", rows, node.constant([1, 4]), axis=1, outputs=2)
+    scaled = node.op("Mul", corners, node.constant(node.attributes["spatial_scale"],
+                                                   TensorProto.FLOAT))
+    rounded = node.op("Concat", ids, node.op("Round", scaled), axis=1)
+    pooled_shape = node.attributes["pooled_size"]
+    if node.elem_type == TensorProto.FLOAT:
+        node.op("MaxRoiPool", x, rounded, outputs=node.outputs, pooled_shape=pooled_shape,
+                spatial_scale=1.0)
+        return
+    # float16: a bin of only -inf gives lowest(float16), not float32's lowest cast to -inf
+    pooled = node.op("MaxRoiPool", x, rounded, pooled_shape=pooled_shape, spatial_scale=1.0)
+    node.op("Cast", node.op("Max", pooled, node.constant(lowest(node.elem_type),
+                                                         TensorProto.FLOAT)),
+            outputs=node.outputs, to=node.elem_type)
 
 
 def _decomposition(node: StandardNode, rows: str) -> None:
     """The spec's formulas on rois rows ``[R, 5]``, in float32 (float64 for double).
 
-    Per ROI: the batch index and the four rounded corners (int64), then per axis the bins'
-    pixel membership (:func:`_bin_members`). The maximum is separable: over the columns of
-    each column bin of the gathered image ``[R, C, H, W]`` (giving ``[R, C, H, PW]``), then
-    over the rows of each row bin (:func:`_bin_maxima`). Masked-out values read -inf, so a
-    -inf inside a bin stays -inf while an empty bin becomes 0; NaN is counted separately
-    (onnxruntime's ``ReduceMax`` drops it) and sets its bins to NaN.
+    Per ROI: the batch index and the four corners rounded half to even (``Round``, int64),
+    then per axis the bins' pixel membership (:func:`_bin_members`). The maximum is
+    separable: over the columns of each column bin of the gathered image ``[R, C, H, W]``
+    (giving ``[R, C, H, PW]``), then over the rows of each row bin (:func:`_bin_maxima`).
+    NaN and values below ``lowest(T)`` (-inf) read ``lowest(T)`` first, as do pixels outside
+    a bin, so a bin's maximum is ``maxnum(lowest(T), ...)``; an empty bin becomes 0.
 
     Invalid rows (batch id NaN or outside ``[0, N)``, a scaled corner not finite) gather
     batch ``N``, which ``Gather`` rejects. So do rows whose scaled corner exceeds
@@ -85,13 +85,15 @@ def _decomposition(node: StandardNode, rows: str) -> None:
     rows = rows if node.elem_type == ctype else node.cast(rows, ctype)
     ids, coordinates = node.op("Split", rows, node.constant([1, 4]), axis=1, outputs=2)
     scaled = node.op("Mul", coordinates, node.constant(node.attributes["spatial_scale"], ctype))
-    corners = node.cast(_round_half_away(node, scaled, ctype), TensorProto.INT64)
+    corners = node.cast(node.op("Round", scaled), TensorProto.INT64)
     x1, y1, x2, y2 = node.op("Split", corners, node.constant([1, 1, 1, 1]), axis=1, outputs=4)
 
     bound = 2.0 ** (60 - max(ph_count, pw_count).bit_length())
     fits = node.cast(node.op("LessOrEqual", node.op("Abs", scaled), node.constant(bound, ctype)),
                      TensorProto.INT64)
     fits = node.cast(node.reduce("ReduceMin", fits, [1], keepdims=0), TensorProto.BOOL)
+    start = node.constant(lowest(node.elem_type), ctype)
+    x = node.op("Where", node.op("GreaterOrEqual", x, start), x, start)  # NaN, -inf: lowest
     image = node.op("Gather", x, _batch_index(node, node.squeeze(ids, [1]), x, fits, ctype),
                     axis=0)                                                   # [R, C, H, W]
 
@@ -101,48 +103,35 @@ def _decomposition(node: StandardNode, rows: str) -> None:
     col_members, col_empty = _bin_members(node, x1, x2, pw_count, width)    # [R, PW, W]
 
     y = _bin_maxima(node, image, node.unsqueeze(col_members, [2, 3]), pw_count, 3,
-                    ctype)                                                   # [R, C, H, PW]
+                    start)                                                   # [R, C, H, PW]
     y = _bin_maxima(node, y, node.unsqueeze(row_members, [2, 4]), ph_count, 2,
-                    ctype)                                                   # [R, C, PH, PW]
-
-    # NaN per bin: row membership @ isnan @ column membership^T, a count of 0/1 products.
-    # The memberships are expanded over C: onnxruntime's MatMul cannot broadcast 1 against 0.
-    channels = node.op("Concat", node.constant([1]), node.op("Shape", x, start=1, end=2),
-                       node.constant([1, 1]), axis=0)                        # [1, C, 1, 1]
-    rows_f = node.op("Expand", node.cast(node.unsqueeze(row_members, [1]), TensorProto.FLOAT),
-                     channels)                                               # [R, C, PH, H]
-    cols_f = node.op("Transpose", node.cast(node.unsqueeze(col_members, [1]), TensorProto.FLOAT),
-                     perm=[0, 1, 3, 2])
-    cols_f = node.op("Expand", cols_f, channels)                             # [R, C, W, PW]
-    nans = node.op("MatMul", node.op("MatMul", rows_f, node.cast(node.op("IsNaN", image),
-                                                                 TensorProto.FLOAT)), cols_f)
-    y = node.op("Where", node.op("Greater", nans, node.constant(0, TensorProto.FLOAT)),
-                node.constant(np.nan, ctype), y)
+                    start)                                                   # [R, C, PH, PW]
     empty = node.op("Or", node.unsqueeze(row_empty, [1, 3]), node.unsqueeze(col_empty, [1, 2]))
     _write_output(node, ctype, "Where", empty, node.constant(0, ctype), y)
 
 
+def _write_output(node: StandardNode, compute_type: int, op_type: str, *inputs: str,
+                  **attributes: Any) -> None:
+    """Emit ``op_type`` computing Y in ``compute_type``, cast to ``T`` where that differs."""
+    if compute_type == node.elem_type:
+        node.op(op_type, *inputs, outputs=node.outputs, **attributes)
+    else:
+        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=node.outputs,
+                to=node.elem_type)
+
+
 def _bin_maxima(node: StandardNode, x: str, members: str, pooled: int, axis: int,
-                ctype: int) -> str:
-    """The maximum over ``axis`` of ``x`` within each bin, the bins concatenated along
-    ``axis``. ``members[:, p]`` is bin ``p``'s mask, broadcastable to ``x`` once indexed.
+                lowest: str) -> str:
+    """The maximum over ``axis`` of ``x`` within each bin (``lowest`` where a bin has no
+    pixel), the bins concatenated along ``axis``. ``members[:, p]`` is bin ``p``'s mask,
+    broadcastable to ``x`` once indexed.
 
     One ``Where`` and ``ReduceMax`` per bin (the bin count is an attribute), so that no
     temporary is larger than ``x``.
     """
-    lowest = node.constant(-np.inf, ctype)
     maxima = [node.reduce("ReduceMax", node.op("Where", node.op(
         "Gather", members, node.constant(p), axis=1), x, lowest), [axis]) for p in range(pooled)]
     return node.op("Concat", *maxima, axis=axis)
-
-
-def _round_half_away(node: StandardNode, v: str, ctype: int) -> str:
-    """``round_half_away(v)`` exactly as the kernel computes it, in ``v``'s float type:
-    ``floor(|v|)``, plus 1 where ``|v| - floor(|v|) >= 0.5`` (exact), with ``v``'s sign."""
-    magnitude = node.op("Abs", v)
-    whole = node.op("Floor", magnitude)
-    half = node.op("GreaterOrEqual", node.op("Sub", magnitude, whole), node.constant(0.5, ctype))
-    return node.op("Mul", node.op("Add", whole, node.cast(half, ctype)), node.op("Sign", v))
 
 
 def _batch_index(node: StandardNode, ids: str, x: str, fits: str, ctype: int) -> str:

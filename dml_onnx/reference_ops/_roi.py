@@ -5,22 +5,25 @@ Along x (y alike, with ``y1, y2, spatial_scale_y, H, OH``) region ``[x1, y1, x2,
 sampled at ``S = OW * n`` points::
 
     sx1 = x1 * spatial_scale_x ; sx2 = x2 * spatial_scale_x ; size = sx2 - sx1
-    n    = clamp(ceil(|size| / OW), minimum_samples_per_output, maximum_samples_per_output)
+    n    = clamp(ceil(|x2 * spatial_scale_x - sx1| / OW), minimum_samples_per_output,
+                 maximum_samples_per_output)       (the difference rounded once, as a fma)
     t(s) = (s - output_pixel_offset) / S     (/ (S - 1) when aligning corners; 1/2 if S == 1)
     X(s) = sx1 + t(s) * size - input_pixel_offset
 
 and output ``ox`` takes the samples ``ox * n .. ox * n + n - 1``. This geometry is computed in
 the compute type ``ct`` (``np.float32`` for float16 and float32, ``np.float64`` for double), one
-operation at a time in this order, because the out-of-bounds test (``X(s) < -1`` or
-``X(s) > W``), the clamping to ``[0, W - 1]`` and the floors depend on it bit for bit. The
-interpolation weights are then exact float64 values, and a sample's value is their float64 sum
-(every term of the spec's formula, so a weight 0 times an infinite pixel gives NaN).
+operation at a time in this order, because the out-of-bounds test (``X(s) <= -1`` or
+``X(s) >= W``; outside ``[0, W - 1]`` when aligning corners), the clamping to ``[0, W - 1]``
+and the floors depend on it bit for bit. A sample's value is two nested linear interpolations
+in ``ct``, x first (so a weight 0 on an infinite pixel gives NaN); the interpolation weights
+kept for the gradients are exact float64 values.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
@@ -34,7 +37,7 @@ class AxisSample(NamedTuple):
     """One sample position along one axis of a region."""
 
     t: float  # t(s): 0 at the region's first corner, 1 at its last
-    inside: bool  # -1 <= X(s) <= L (the axis length): not out of bounds along this axis
+    inside: bool  # -1 < X(s) < L (the axis length; 0 <= X(s) <= L - 1 when aligning)
     unclamped: bool  # 0 <= X(s) <= L - 1: read where it lies
     coordinate: float  # X(s) clamped to [0, L - 1], a value of the compute type
     taps: tuple[tuple[int, float], ...]  # (pixel, interpolation weight) read along this axis
@@ -89,7 +92,9 @@ def _axis(first: float, last: float, scale: float, outputs: int, length: int,
     """``n`` and the ``outputs * n`` samples along one axis, in ``ct``."""
     start = ct(first) * ct(scale)
     size = ct(last) * ct(scale) - start
-    n = min(max(math.ceil(abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
+    fused = ct(float(Fraction(float(ct(last))) * Fraction(float(ct(scale)))
+                     - Fraction(float(start))))
+    n = min(max(math.ceil(abs(fused) / ct(outputs)), sampling.minimum), sampling.maximum)
     total = outputs * n
     samples = []
     for s in range(total):
@@ -100,16 +105,19 @@ def _axis(first: float, last: float, scale: float, outputs: int, length: int,
         else:
             t = ct(0.5)
         position = start + t * size - ct(sampling.input_pixel_offset)
-        samples.append(_axis_sample(float(t), position, length, sampling.linear, ct))
+        samples.append(_axis_sample(float(t), position, length, sampling, ct))
     return n, samples
 
 
-def _axis_sample(t: float, position: np.floating, length: int, linear: bool,
+def _axis_sample(t: float, position: np.floating, length: int, sampling: Sampling,
                  ct: ComputeType) -> AxisSample:
     """The sample at ``position`` (``X(s)`` in ``ct``) of an axis of ``length`` pixels."""
-    inside = ct(-1) <= position <= ct(length)
+    if sampling.align_corners:
+        inside = ct(0) <= position <= ct(length - 1)
+    else:
+        inside = ct(-1) < position < ct(length)
     coordinate = min(max(position, ct(0)), ct(length - 1))
-    if linear:
+    if sampling.linear:
         lo = math.floor(coordinate)
         frac = float(coordinate) - lo  # exact
         taps = ((lo, 1 - frac), (min(lo + 1, length - 1), frac))
@@ -119,9 +127,22 @@ def _axis_sample(t: float, position: np.floating, length: int, linear: bool,
                       float(coordinate), taps)
 
 
-def read(plane: list[list[float]], y: AxisSample, x: AxisSample, out_of_bounds: float) -> float:
+def read(plane: list[list[float]], y: AxisSample, x: AxisSample, out_of_bounds: float,
+         ct: ComputeType) -> float:
     """The value of sample ``(y, x)`` of one image plane ``[H][W]``: ``out_of_bounds`` when it
-    lies outside, else the weighted sum of the pixels its taps read."""
+    lies outside, the pixel it reads (nearest), or in ``ct`` (linear)::
+
+        top = P[y0, x0] + (P[y0, x1] - P[y0, x0]) * lx
+        bottom = P[y1, x0] + (P[y1, x1] - P[y1, x0]) * lx
+        value = top + (bottom - top) * ly
+    """
     if not (y.inside and x.inside):
         return out_of_bounds
-    return sum(wy * wx * plane[py][px] for py, wy in y.taps for px, wx in x.taps)
+    if len(x.taps) == 1:
+        return plane[y.taps[0][0]][x.taps[0][0]]
+    (y0, _), (y1, ly) = y.taps
+    (x0, _), (x1, lx) = x.taps
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = ct(plane[y0][x0]) + (ct(plane[y0][x1]) - ct(plane[y0][x0])) * ct(lx)
+        bottom = ct(plane[y1][x0]) + (ct(plane[y1][x1]) - ct(plane[y1][x0])) * ct(lx)
+        return float(top + (bottom - top) * ct(ly))

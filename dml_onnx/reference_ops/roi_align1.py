@@ -9,9 +9,8 @@
 
 with the sample grid and the reading of one sample of :mod:`dml_onnx.reference_ops._roi`: a
 sample out of bounds reads ``out_of_bounds_input_value``, the others are clamped into the image
-and read bilinearly or at ``floor(v + 0.5)``. Sums are float64 and rounded once to ``Y``'s type.
-
-Not stated by the spec, the kernel's reading: ``max`` of samples of which one is NaN is NaN.
+and read by nested linear interpolations or at ``floor(v + 0.5)``. ``max`` is ``maxnum`` from
+``lowest(T)`` (NaN samples ignored). Sums are float64 and rounded once to ``Y``'s type.
 """
 
 from __future__ import annotations
@@ -57,21 +56,20 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
     check_scaled(OP, node, boxes, sampling, ct)
     planes = X.tolist()  # Python floats
     out_of_bounds = float(out_of_bounds_input_value)
+    start = float(np.finfo(X.dtype).min)  # lowest(T)
     for r, (box, b) in enumerate(zip(boxes.tolist(), batch.tolist())):
         grid = region_grid(box, (oh, ow), (height, width), sampling, ct)
         for oy, ox in itertools.product(range(oh), range(ow)):
             samples = grid.samples(oy, ox)
             for c in range(channels):
-                values = [read(planes[b][c], y, x, out_of_bounds) for y, x in samples]
-                Y[r, c, oy, ox] = _reduce(values, reduction_function)
+                values = [read(planes[b][c], y, x, out_of_bounds, ct) for y, x in samples]
+                Y[r, c, oy, ox] = _reduce(values, reduction_function, start)
     with np.errstate(over="ignore"):  # beyond the range of X's type: inf
         return Y.astype(X.dtype)
 
 
-def _reduce(values: list[float], reduction_function: str) -> float:
-    """The mean of the sample values, or their maximum (NaN when one is NaN)."""
+def _reduce(values: list[float], reduction_function: str, start: float) -> float:
+    """The mean of the sample values, or ``maxnum`` of ``start`` and them (NaN ignored)."""
     if reduction_function == "average":
         return sum(values) / len(values)
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return max(values)
+    return max([start, *(v for v in values if not math.isnan(v))])

@@ -43,6 +43,7 @@ from custom_ops.roi_align_grad import (
 )
 from dml_onnx.reference_ops._roi import (
     AxisSample,
+    ComputeType,
     Grid,
     check_scaled,
     compute_type,
@@ -88,14 +89,14 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                 grid = region_grid(box, dY.shape[2:], shape[2:], sampling, ct)
                 _add_region(None if dX is None else dX[b], drois[r] if want_drois else None,
                             None if planes is None else planes[b], dY[r], grid,
-                            reduction_function, sampling)
+                            reduction_function, sampling, ct)
         return (None if dX is None else dX.astype(dY.dtype),
                 drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None)
 
 
 def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | None,
                 grads: np.ndarray, grid: Grid, reduction_function: str,
-                sampling: Sampling) -> None:
+                sampling: Sampling, ct: ComputeType) -> None:
     """Add the gradients of one region to its image's ``dX [C, H, W]`` and to its ``drois``
     row (``None``: not wanted), from its ``grads [C, OH, OW]`` and ``image [C][H][W]``."""
     for c, oy, ox in np.ndindex(*grads.shape):
@@ -104,7 +105,7 @@ def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | N
         if reduction_function == "average":
             chosen = [(y, x, g / len(samples)) for y, x in samples]
         else:
-            values = [read(image[c], y, x, 0.0) for y, x in samples]
+            values = [read(image[c], y, x, 0.0, ct) for y, x in samples]
             chosen = [(*samples[_first_maximum(values)], g)]
         for y, x, w in chosen:
             if not (y.inside and x.inside):
