@@ -58,8 +58,13 @@ def spec_agrees_with_ort(rois, pooled_size, spatial_scale, h, w) -> np.ndarray:
 
 
 def native(X, rois, pooled_size, spatial_scale=1.0) -> np.ndarray:
-    (y,) = run_native("MaxRoiPool", [X, np.asarray(rois).reshape(-1, 5)], opset=16,
-                      pooled_shape=list(pooled_size), spatial_scale=float(spatial_scale))
+    """onnxruntime's MaxRoiPool on the corners scaled in float32 and rounded half to even, as
+    DirectML rounds them (MaxRoiPool itself rounds half away from zero, which keeps the
+    integers given here), with spatial_scale 1."""
+    rows = np.asarray(rois, np.float32).reshape(-1, 5).copy()
+    rows[:, 1:] = np.rint(rows[:, 1:] * np.float32(spatial_scale))
+    (y,) = run_native("MaxRoiPool", [X, rows], opset=16, pooled_shape=list(pooled_size),
+                      spatial_scale=1.0)
     return y
 
 
@@ -98,13 +103,14 @@ def test_hand_computed_example():
 
 
 @pytest.mark.parametrize(("coordinate", "scale", "rounded"), [
-    (2.5, 1.0, 3), (3.5, 1.0, 4), (0.5, 1.0, 1), (-0.5, 1.0, -1), (-1.5, 1.0, -2),
-    (-2.5, 1.0, -3), (5.0, 0.5, 3), (3.0, 0.5, 2), (-1.0, 0.5, -1), (-3.0, 0.5, -2),
-    (2.5, 0.5, 1), (7.0, 0.5, 4), (4.0, 0.5, 2), (2.4999998, 1.0, 2),
+    (2.5, 1.0, 2), (3.5, 1.0, 4), (0.5, 1.0, 0), (-0.5, 1.0, 0), (-1.5, 1.0, -2),
+    (-2.5, 1.0, -2), (5.0, 0.5, 2), (3.0, 0.5, 2), (-1.0, 0.5, 0), (-3.0, 0.5, -2),
+    (2.5, 0.5, 1), (7.0, 0.5, 4), (4.0, 0.5, 2), (2.4999998, 1.0, 2), (1.5, 1.0, 2),
     (float(np.nextafter(np.float32(2.5), np.float32(3))), 1.0, 3),
+    (float(np.nextafter(np.float32(-0.5), np.float32(-1))), 1.0, -1),
     (float(np.nextafter(np.float32(-0.5), np.float32(0))), 1.0, 0),
 ])
-def test_round_half_away_from_zero(coordinate, scale, rounded):
+def test_round_half_to_even(coordinate, scale, rounded):
     # X[..., x] = x + 1 and a region of exactly PW = 4 columns from the rounded x1: bin p is
     # the single column x1 + p, so the output row is [x1 + 1, ..., x1 + 4] with 0 outside.
     X = (np.arange(16, dtype=np.float32) + 1).reshape(1, 1, 1, 16)
@@ -121,7 +127,11 @@ def test_float64_products_keep_double_precision():
     rois = np.array([[0, 2.4999999, 0, 2.4999999, 0]], np.float64)
     assert roi_pooling(X, rois, pooled_size=[1, 1])[0, 0, 0, 0] == 2.0  # float64: 2
     y32 = roi_pooling(X.astype(np.float32), rois.astype(np.float32), pooled_size=[1, 1])
-    assert y32[0, 0, 0, 0] == 3.0  # float32(2.4999999) == 2.5 rounds to 3
+    assert y32[0, 0, 0, 0] == 2.0  # float32(2.4999999) == 2.5 rounds half to even: 2
+    rois = np.array([[0, 3.4999999, 0, 3.4999999, 0]], np.float64)
+    assert roi_pooling(X, rois, pooled_size=[1, 1])[0, 0, 0, 0] == 3.0  # float64: 3
+    y32 = roi_pooling(X.astype(np.float32), rois.astype(np.float32), pooled_size=[1, 1])
+    assert y32[0, 0, 0, 0] == 4.0  # float32(3.4999999) == 3.5 rounds half to even: 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,22 +348,29 @@ def test_zero_and_negative_spatial_scale():
 # NaN
 
 
-def test_nan_in_a_bin_gives_nan():
+def test_nan_is_ignored_and_the_maximum_starts_at_lowest():
+    """Measured: NaN never wins, a bin of only NaN or -inf gives lowest(T), +inf is kept."""
     rng = np.random.default_rng(12)
     X = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     X[0, 0, 0, 0] = np.nan   # first element of a bin
     X[0, 1, 3, 5] = np.nan   # inside
     X[1, 2, 7, 7] = np.nan   # last element
+    X[1, 0, :2, :2] = np.nan  # a whole bin of NaN
+    X[1, 1, :2, :2] = -np.inf  # a whole bin of -inf
+    X[0, 2, 0, 0] = np.inf
     rois = f32([[0, 0, 0, 7, 7], [1, 0, 0, 7, 7], [0, 1, 1, 6, 6], [1, 6, 6, 12, 12]])
+    clean = np.where(np.isnan(X), -np.inf, X)
     for dtype in (np.float16, np.float32, np.float64):
         Xd, rd = X.astype(dtype), rois.astype(dtype)
         y = roi_pooling(Xd, rd, pooled_size=[4, 4])
         assert_same(y, reference(Xd, rd, [4, 4]))
-    assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y[0, 1, 1, 2]) and np.isnan(y[1, 2, 3, 3])
-    assert np.isnan(y[0]).sum() == 2 and np.isnan(y[1]).sum() == 1
-    # ROI 2's bins overlap: columns [4, 6) and [5, 7) both hold X[0, 1, 3, 5].
-    assert np.isnan(y[2, 1]).sum() == 2 and np.isnan(y[2, 1, 1, 2:4]).all()
-    assert not np.isnan(y[2, 0]).any()  # the ROI starting at (1, 1) misses X[0, 0, 0, 0]
+        assert not np.isnan(y).any()
+        lowest = np.finfo(dtype).min
+        assert y[1, 0, 0, 0] == lowest and y[1, 1, 0, 0] == lowest
+        assert y[0, 2, 0, 0] == np.inf
+        # every other bin is the largest of its non-NaN values
+        assert y[0, 0, 0, 0] == clean[0, 0, :2, :2].astype(dtype).max()
+        assert y[1, 2, 3, 3] == clean[1, 2, 6:8, 6:8].astype(dtype).max()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,7 +518,7 @@ def test_property_matches_reference(problem):
 @given(problems(positive_scale=True))
 def test_property_matches_native(problem):
     X, rois, pooled, scale = problem
-    X = np.nan_to_num(X, nan=5.0)  # onnxruntime's NaN result depends on its scan order
+    X = np.nan_to_num(X, nan=5.0)  # onnxruntime keeps a NaN that comes last in a bin
     y = roi_pooling(X, rois, pooled_size=pooled, spatial_scale=scale)
     keep = spec_agrees_with_ort(rois, pooled, scale, X.shape[2], X.shape[3])
     if rois.size:

@@ -112,39 +112,47 @@ def test_decomposition_in_every_opset(opset):
         assert_same(session(lowered).run(None, {"X": X, "rois": rois})[0], want)
 
 
+ROUNDED_ROIS = {"Constant", "Reshape", "Split", "Mul", "Round", "Concat"}
+"""The nodes that scale and round the corners half to even before MaxRoiPool."""
+
+
 @pytest.mark.parametrize(("dtype", "scale", "native"), [
-    (np.float32, 1.0, {"MaxRoiPool"}), (np.float16, 0.5, {"MaxRoiPool", "Cast"}),
-    (np.float64, 1.0, set()), (np.float32, 0.0, set()), (np.float32, -0.5, set())])
+    (np.float32, 1.0, {"MaxRoiPool"}), (np.float16, 0.5, {"MaxRoiPool", "Cast", "Max"}),
+    (np.float32, 0.0, {"MaxRoiPool"}), (np.float32, -0.5, {"MaxRoiPool"}),
+    (np.float64, 1.0, set())])
 def test_native_form_where_max_roi_pool_fits(dtype, scale, native):
     example = (np.zeros((1, 2, 3, 4), dtype), np.zeros((3, 5), dtype))
     model = single_node_model(DEFINITION, example, {"pooled_size": [2, 2],
                                                     "spatial_scale": scale}, opset=16)
     lowered = dml_onnx.lower_model(model)
     if native:
-        assert op_types(lowered) == {"Constant", "Reshape", *native}
+        assert op_types(lowered) == ROUNDED_ROIS | native
         (pool,) = [n for n in lowered.graph.node if n.op_type == "MaxRoiPool"]
         assert {a.name: onnx.helper.get_attribute_value(a) for a in pool.attribute} == {
-            "pooled_shape": [2, 2], "spatial_scale": np.float32(scale)}
+            "pooled_shape": [2, 2], "spatial_scale": 1.0}
     else:
         assert "MaxRoiPool" not in op_types(lowered) and "ReduceMax" in op_types(lowered)
     assert op_types(dml_onnx.lower_model(model, native=False)) >= {"Gather", "ReduceMax"}
 
 
 def test_native_form_differs_where_onnxruntime_does():
-    # onnxruntime's MaxRoiPool: float32 edges (57 rows in 7 bins end at 58), NaN kept only
-    # when last, -3.4e38 for a bin of -inf values. The decomposition follows the spec.
+    # onnxruntime's MaxRoiPool: float32 edges (57 rows in 7 bins end at 58), a NaN kept when
+    # last in its bin. The decomposition follows the spec; both give -3.4e38 for -inf only.
     X = np.zeros((1, 1, 64, 64), np.float32)
     X[0, 0, 57, 0] = 100
     X[0, 0, 0, 0], X[0, 0, 0, 1:3] = np.nan, 1   # a NaN first in its bin
     X[0, 0, 1, 4:8] = -np.inf
-    rois = np.array([[0, 0, 0, 56, 56], [0, 0, 0, 20, 0], [0, 4, 1, 7, 1]], np.float32)
+    X[0, 0, 2, 2], X[0, 0, 2, 3] = 1, np.nan   # a NaN last in its bin (columns 2, 3)
+    rois = np.array([[0, 0, 0, 56, 56], [0, 0, 0, 20, 0], [0, 4, 1, 7, 1], [0, 0, 2, 13, 2]],
+                    np.float32)
     attributes = {"pooled_size": [7, 7], "spatial_scale": 1.0}
     want = kernel(X, rois, attributes)
     assert_same(run_form("decomposition", X, rois, attributes), want)
     native = run_form("native", X, rois, attributes)
     assert native[0, 0, 6, 0] == 100 and want[0, 0, 6, 0] == 0
-    assert native[1, 0, 0, 0] == 1 and np.isnan(want[1, 0, 0, 0])
-    assert native[2, 0, 0, 0] == np.finfo(np.float32).min and want[2, 0, 0, 0] == -np.inf
+    assert native[1, 0, 0, 0] == 1 and want[1, 0, 0, 0] == 1
+    assert native[2, 0, 0, 0] == want[2, 0, 0, 0] == np.finfo(np.float32).min
+    assert np.isnan(native[3, 0, 0, 1]) and want[3, 0, 0, 1] == 1
 
 
 # ---------------------------------------------------------------------------------------------
