@@ -228,12 +228,17 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
 
 @jit
 def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, linear, average,
-                     scales, winners, drois):
+                     scales, exact, winners, drois):
     """Per region ``r`` in ``regions``: with max reduction the first maximising sample of
-    every output and channel into ``winners[r] [OH, OW, C]`` (when ``winners`` has regions;
-    out-of-bounds samples read ``settings[2]``, a NaN sample is the maximum); with ``drois``
-    rows, ``d sum(dY * Y) / d [x1, y1, x2, y2]`` into ``drois[r]`` (float64), ``scales`` =
-    ``[spatial_scale_y, spatial_scale_x]``. Linear interpolation only for ``drois``."""
+    every output and channel into ``winners[r] [OH, OW, C]`` (when ``winners`` has regions):
+    the first sample above the running maximum, which starts at ``lowest(T)`` (so NaN never
+    wins, and -1 where no sample does); out-of-bounds samples take part reading
+    ``settings[2]``. With ``drois`` rows, the ROI gradient into ``drois[r]`` (float64):
+
+    - ``exact``: ``d sum(dY * Y) / d [x1, y1, x2, y2]`` with the sample counts held fixed,
+      ``scales`` = ``[spatial_scale_y, spatial_scale_x]`` (linear interpolation only);
+    - else DirectML's (:func:`directml_factors`), the same for both interpolation modes.
+    """
     ct = settings.dtype.type
     _, height, width, channels = Xt.shape
     _, _, oh, ow = dY.shape
@@ -242,25 +247,31 @@ def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, li
     index = np.zeros(channels, winners.dtype)
     weight = np.empty(channels, settings.dtype)
     taken = np.empty(channels, np.bool_)
-    one = ct(1)
+    lowest = settings[3]
     for r in regions:
         b = batch[r]
         ny, nx = n[0, r], n[1, r]
         ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
         xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
+        if drois.shape[0] and not linear:  # the image gradient is bilinear in both modes
+            y_grid = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, True)
+            x_grid = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, True)
+        else:
+            y_grid, x_grid = ys, xs
         count = ct(ny * nx)
         along_y = np.zeros(oh * ny)  # float64 sums of the y derivative terms per sample
         along_x = np.zeros(ow * nx)
         for oy in range(oh):
             for ox in range(ow):
                 if not average:
+                    best[:] = lowest
+                    index[:] = -1
                     for k in range(ny * nx):
                         sy, sx = oy * ny + k // nx, ox * nx + k % nx
                         read_sample(Xt, b, ys, sy, xs, sx, linear, settings[2], values)
                         for c in range(channels):
-                            v = values[c]
-                            if k == 0 or v > best[c] or (v != v and best[c] == best[c]):
-                                best[c], index[c] = v, k
+                            if values[c] > best[c]:  # False for NaN
+                                best[c], index[c] = values[c], k
                     if winners.shape[0]:
                         winners[r, oy, ox] = index
                 if drois.shape[0] == 0:
@@ -272,34 +283,68 @@ def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, li
                     for c in range(channels):
                         weight[c] = dY[r, c, oy, ox] / count if average else dY[r, c, oy, ox]
                         taken[c] = average or index[c] == k
-                    _corner_terms(Xt[b], ys, sy, xs, sx, weight, taken, along_y, along_x, one)
+                    _corner_terms(Xt[b], y_grid, sy, x_grid, sx, exact, weight, taken, along_y,
+                                  along_x, one=ct(1))
         if drois.shape[0]:
-            x1, x2 = _moments(along_x, xs[6])
-            y1, y2 = _moments(along_y, ys[6])
-            drois[r, 0], drois[r, 1] = scales[1] * x1, scales[0] * y1
-            drois[r, 2], drois[r, 3] = scales[1] * x2, scales[0] * y2
+            if exact:
+                x_near, x_far = _moments(along_x, 1 - xs[6].astype(np.float64), xs[6])
+                y_near, y_far = _moments(along_y, 1 - ys[6].astype(np.float64), ys[6])
+                x_near, x_far = scales[1] * x_near, scales[1] * x_far
+                y_near, y_far = scales[0] * y_near, scales[0] * y_far
+            else:
+                x_near, x_far = _moments(along_x, *directml_factors(ow, nx, width, align, settings))
+                y_near, y_far = _moments(along_y, *directml_factors(oh, ny, height, align, settings))
+            drois[r, 0], drois[r, 1], drois[r, 2], drois[r, 3] = x_near, y_near, x_far, y_far
 
 
 @jit
-def _moments(terms, t):
-    """``(sum(terms * (1 - t)), sum(terms * t))`` in float64: how the terms move with the
-    first and the last coordinate of the region."""
+def directml_factors(outputs, n, length, align, settings):
+    """DirectML's ROI-gradient factors of the ``outputs * n`` samples along an axis of
+    ``length`` pixels (TensorFlow's CropAndResizeGradBoxes, as measured): a sample of output
+    ``o`` moves the first corner by ``fma(-o, ratio, extent)`` and the last by ``o * ratio``,
+    ``extent = L`` and ``ratio = L * (1 / S)`` (aligning corners: ``L - 1`` and
+    ``(L - 1) * (1 / (S - 1))``, both factors ``(L - 1) / 2`` when ``S == 1``), in the compute
+    type of ``settings`` (the fma in float64, exact for float32)."""
+    ct = settings.dtype.type
+    total = outputs * n
+    near = np.empty(total)
+    far = np.empty(total)
+    extent = ct(length - 1) if align else ct(length)
+    if align and total == 1:
+        near[0] = far[0] = ct(ct(0.5) * extent)
+        return near, far
+    ratio = extent * (ct(1) / ct(total - 1 if align else total))
+    for s in range(total):
+        o = ct(s // n)
+        near[s] = ct(np.float64(extent) - np.float64(o) * np.float64(ratio))
+        far[s] = o * ratio
+    return near, far
+
+
+@jit
+def _moments(terms, near, far):
+    """``(sum(terms * near), sum(terms * far))`` in float64: how the terms move the first and
+    the last coordinate of the region."""
     first = last = 0.0
     for s in range(terms.size):
-        first += terms[s] * (1 - np.float64(t[s]))
-        last += terms[s] * np.float64(t[s])
+        first += terms[s] * np.float64(near[s])
+        last += terms[s] * np.float64(far[s])
     return first, last
 
 
 @jit
-def _corner_terms(image, ys, sy, xs, sx, weight, taken, along_y, along_x, one):
-    """Add sample ``(sy, sx)``'s ``weight``-ed derivative terms in the ``taken`` channels
-    along x to ``along_x[sx]`` (when x is unclamped) and along y to ``along_y[sy]``: the
-    differences of the corners ``floor`` and ``ceil`` of the coordinate, times the other
-    axis's weights."""
+def _corner_terms(image, ys, sy, xs, sx, exact, weight, taken, along_y, along_x, one):
+    """Add sample ``(sy, sx)``'s ``weight``-ed image gradient in the ``taken`` channels along x
+    to ``along_x[sx]`` and along y to ``along_y[sy]`` (an axis whose coordinate was clamped
+    adds nothing): the differences of the corners, times the other axis's weights. The
+    corners are ``floor`` and ``min(floor + 1, L - 1)`` (DirectML), or ``floor`` and
+    ``ceil`` when ``exact`` (the derivative's one-sided choice at an integer coordinate)."""
     ly, lx = ys[3][sy], xs[3][sx]
     y0, x0 = ys[0][sy], xs[0][sx]
-    y1, x1 = y0 + (ly > 0), x0 + (lx > 0)
+    if exact:
+        y1, x1 = y0 + (ly > 0), x0 + (lx > 0)
+    else:
+        y1, x1 = ys[1][sy], xs[1][sx]
     p00, p01, p10, p11 = image[y0, x0], image[y0, x1], image[y1, x0], image[y1, x1]
     for c in range(weight.size):
         if not taken[c]:

@@ -7,12 +7,19 @@ reduction), ``dY [R, C, OH, OW]``, ``rois`` and ``batch_indices`` as RoiAlign1. 
 - ``dX [N, C, H, W]``, the exact adjoint of RoiAlign1's map ``X -> Y``: every ``dY`` value is
   scattered onto the pixels its samples read, with the forward weights (``1 / (n_y n_x)``
   times the bilinear or nearest weights for average; everything to the first maximising
-  sample for max). Out-of-bounds samples receive nothing; overlapping regions add up. To
-  find the maximising sample, out-of-bounds samples read 0, RoiAlign1's default
-  ``out_of_bounds_input_value`` (this operator has no such attribute).
-- ``drois``, the shape of ``rois``: ``d sum(dY * Y) / d [x1, y1, x2, y2]`` with the sample
-  counts held fixed. A sample read at a clamped coordinate contributes nothing on that axis,
-  one out of bounds nothing at all; ``nearest_neighbor`` gives 0.
+  sample for max). Out-of-bounds samples receive nothing; overlapping regions add up. The
+  maximising sample is the first above the running maximum, which starts at ``lowest(T)``
+  (NaN never wins); out-of-bounds samples take part reading 0 (measured), and where one
+  wins, or none does, nothing is scattered.
+- ``drois``, the shape of ``rois``: DirectML's ROI gradient (measured; TensorFlow's
+  CropAndResizeGradBoxes). Each in-bounds sample taken with weight ``w`` (as for dX) adds
+  its bilinear image gradient at the sample, ``gX = w ((1-ly) (P[y0,x1] - P[y0,x0]) + ly
+  (P[y1,x1] - P[y1,x0]))`` (``gY`` alike; corners ``floor`` and ``min(floor + 1, L - 1)``, 0
+  along an axis whose coordinate was clamped), times ``fma(-ox, W / S_x, W)`` to ``x1`` and
+  ``ox * W / S_x`` to ``x2`` (``ox``: the output column; y alike with ``H``, ``oy``; with
+  corner alignment ``W - 1`` over ``S_x - 1``), for both interpolation modes. With
+  ``exact_roi_gradient`` instead ``d sum(dY * Y) / d [x1, y1, x2, y2]`` with the sample counts
+  held fixed (0 for ``nearest_neighbor``).
 
 Same sample grid and attributes as RoiAlign1, less ``output_size`` (dY's last two sizes) and
 ``out_of_bounds_input_value``. float16 is computed in float32 and rounded once.
@@ -133,10 +140,11 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                    input_pixel_offset: float, output_pixel_offset: float,
                    minimum_samples_per_output: int, maximum_samples_per_output: int,
                    align_regions_to_corners: int, input_shape: Sequence[int] | None,
-                   compute_dx: bool, compute_drois: bool,
+                   compute_dx: bool, compute_drois: bool, exact_roi_gradient: bool = False,
                    node: str = "") -> tuple[np.ndarray | None, np.ndarray | None]:
     """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY``; ``None`` for the output
-    that is not requested."""
+    that is not requested. ``drois`` is DirectML's, or with ``exact_roi_gradient`` the exact
+    derivative (what training needs; ``dml_onnx.torch`` autograd)."""
     sampling, given_shape = _check_all(
         node, input_shape, reduction_function=reduction_function,
         interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
@@ -157,7 +165,8 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
     check_gradient_shape(node, dY, len(indices), channels)
     oh, ow = dY.shape[2:]
     dtype = compute_dtype(dY.dtype)
-    want_drois = compute_drois and sampling.linear  # nearest_neighbor: drois = 0
+    # the exact derivative of nearest_neighbor sampling is 0; DirectML's is not
+    want_drois = compute_drois and (sampling.linear or not exact_roi_gradient)
     drois = np.zeros((len(indices), 4), np.float64)
     work = len(indices) and channels and (compute_dx or want_drois)
     dX = None
@@ -169,7 +178,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
         Xt = channels_last(X, dtype) if uses_x else None
         _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dX,
                   drois if want_drois else drois[:0],
-                  loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS))
+                  loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS), exact_roi_gradient)
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
@@ -179,7 +188,8 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
 
 
 def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
-              dX: np.ndarray | None, drois: np.ndarray, settings: np.ndarray) -> None:
+              dX: np.ndarray | None, drois: np.ndarray, settings: np.ndarray,
+              exact: bool) -> None:
     """Fill ``drois`` (when it has rows) and ``dX`` (when given); ``settings`` as
     :func:`~custom_ops._roi_grid.loop_settings`."""
     loops = compiled("_roi_loops")
@@ -196,7 +206,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
         scales = np.array([sampling.scale_y, sampling.scale_x])
         run_parallel([functools.partial(loops.region_gradients, Xt, grads, plan.batch, plan.first,
                                         plan.size, plan.n, part, settings, *flags, scales,
-                                        winners, drois)
+                                        exact, winners, drois)
                       for part in interleaved(regions, plan.work)])
     if dX is None:
         return
