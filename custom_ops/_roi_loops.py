@@ -4,7 +4,8 @@ Compiled by :data:`custom_ops._jit.jit`. Conventions:
 
 - ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
   for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``.
-- ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``;
+- ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``,
+  ``size = fma(x2, scale, -first)`` rounded once, as DirectML computes it;
   ``n``: ``[2, R]`` samples per output along each axis (``custom_ops._roi_grid.Plan``).
 - ``settings``: ``[output_pixel_offset, input_pixel_offset, out_of_bounds]`` in ``ct``.
 
@@ -46,20 +47,19 @@ def plan_regions(boxes, batch, images, scales, outputs, minimum, maximum, limit,
         for k in range(4):
             if not np.isfinite(boxes[r, k]):
                 return 2, r, 0, 0.0
-    extent = np.empty((2, regions), first.dtype)  # the fused sizes that count samples
     for r in range(regions):
         for axis in range(2):
             scale = ct(scales[axis])
             start = boxes[r, 1 - axis] * scale
             first[axis, r] = start
-            size[axis, r] = boxes[r, 3 - axis] * scale - start
+            plain = boxes[r, 3 - axis] * scale - start
+            if not np.isfinite(plain):
+                return 3, r, 0, 0.0
             fused = ct(fused_difference(boxes[r, 3 - axis], scale, start))
-            extent[axis, r] = fused if np.isfinite(fused) else size[axis, r]
-        if not (np.isfinite(size[0, r]) and np.isfinite(size[1, r])):
-            return 3, r, 0, 0.0
+            size[axis, r] = fused if np.isfinite(fused) else plain
     for axis in range(2):
         for r in range(regions):
-            quotient = np.float64(np.ceil(abs(extent[axis, r]) / ct(outputs[axis])))
+            quotient = np.float64(np.ceil(abs(size[axis, r]) / ct(outputs[axis])))
             count = min(max(quotient, minimum), maximum)
             if count * outputs[axis] > limit:
                 return 4, r, axis, count * outputs[axis]

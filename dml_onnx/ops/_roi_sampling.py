@@ -140,10 +140,8 @@ class RoiGrid:
               place: tuple[int, ...]) -> Axis:
         node, a, ct = self.node, self.node.attributes, self.ct
         scaled_first = node.op("Mul", first, self._scalar(scale))
-        size = node.op("Sub", node.op("Mul", last, self._scalar(scale)), scaled_first)
-        extent = self._fused_difference(last, scale, scaled_first)
-        quotient = node.op("Ceil", node.op("Div", node.op("Abs", extent),
-                                           node.cast(outputs, ct)))
+        size = self._fused_difference(last, scale, scaled_first)
+        quotient = node.op("Ceil", node.op("Div", node.op("Abs", size), node.cast(outputs, ct)))
         n = node.cast(node.op("Clip", node.cast(quotient, TensorProto.DOUBLE),
                               node.constant(a["minimum_samples_per_output"], TensorProto.DOUBLE),
                               node.constant(a["maximum_samples_per_output"], TensorProto.DOUBLE)),

@@ -4,9 +4,8 @@ grid of one region and the reading of one sample.
 Along x (y alike, with ``y1, y2, spatial_scale_y, H, OH``) region ``[x1, y1, x2, y2]`` is
 sampled at ``S = OW * n`` points::
 
-    sx1 = x1 * spatial_scale_x ; sx2 = x2 * spatial_scale_x ; size = sx2 - sx1
-    n    = clamp(ceil(|x2 * spatial_scale_x - sx1| / OW), minimum_samples_per_output,
-                 maximum_samples_per_output)       (the difference rounded once, as a fma)
+    sx1  = x1 * spatial_scale_x ; size = x2 * spatial_scale_x - sx1   (rounded once, a fma)
+    n    = clamp(ceil(|size| / OW), minimum_samples_per_output, maximum_samples_per_output)
     t(s) = (s - output_pixel_offset) / S     (/ (S - 1) when aligning corners; 1/2 if S == 1)
     X(s) = sx1 + t(s) * size - input_pixel_offset
 
@@ -91,10 +90,9 @@ def _axis(first: float, last: float, scale: float, outputs: int, length: int,
           sampling: Sampling, ct: ComputeType) -> tuple[int, list[AxisSample]]:
     """``n`` and the ``outputs * n`` samples along one axis, in ``ct``."""
     start = ct(first) * ct(scale)
-    size = ct(last) * ct(scale) - start
-    fused = ct(float(Fraction(float(ct(last))) * Fraction(float(ct(scale)))
-                     - Fraction(float(start))))
-    n = min(max(math.ceil(abs(fused) / ct(outputs)), sampling.minimum), sampling.maximum)
+    size = ct(float(Fraction(float(ct(last))) * Fraction(float(ct(scale)))
+                    - Fraction(float(start))))  # rounded once, as a fused multiply-add
+    n = min(max(math.ceil(abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
     total = outputs * n
     samples = []
     for s in range(total):
