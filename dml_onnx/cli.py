@@ -1,6 +1,6 @@
 """The ``dml-onnx`` command (also ``python -m dml_onnx``).
 
-Sub-commands: ``conformance export|run|probe``, ``lower``, ``raise``, ``check`` and ``operators``;
+Sub-commands: ``conformance export|run|probe|directml``, ``lower``, ``raise``, ``check`` and ``operators``;
 ``dml-onnx <command> --help`` describes each. This module only parses the arguments: the
 commands (:mod:`dml_onnx.commands`) and what they import load after that, so that ``--help``
 and a usage error answer at once.
@@ -47,6 +47,16 @@ def _parser() -> argparse.ArgumentParser:
                        help='also write {"<point>": {"reading", "cases", "matched", '
                             '"max_diff"}} (keyed by provider first when several are given)')
     probe.set_defaults(handler="conformance_probe")
+
+    measured = suite.add_parser(
+        "directml", help="run cases measured on the real DirectML and compare each output")
+    measured.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                          help="measurement files (JSON, as tests/directml/*.json)")
+    measured.add_argument("--runtime", choices=("onnxruntime", "reference"),
+                          default="onnxruntime",
+                          help="what runs the cases: dml_onnx.InferenceSession (default) or "
+                               "dml_onnx.ReferenceEvaluator")
+    measured.set_defaults(handler="conformance_directml")
 
     lower = commands.add_parser("lower", help="rewrite every dml_onnx node into standard ops")
     lower.add_argument("input", type=Path)

@@ -78,6 +78,21 @@ def conformance_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def conformance_directml(args: argparse.Namespace) -> int:
+    from dml_onnx import directml
+
+    if args.runtime == "onnxruntime":
+        _import_runtime_without_torch()
+    outcomes = directml.check_files(args.files, args.runtime)
+    for outcome in outcomes:
+        if not outcome.agreed:
+            print(f"{outcome.id} ({outcome.operator}): {outcome.detail}")
+    print("| operator | cases with a DirectML output | agreeing |\n|---|---:|---:|")
+    for operator, (agreed, total) in directml.summary(outcomes).items():
+        print(f"| {operator} | {total} | {agreed} |")
+    return 0 if all(o.agreed for o in outcomes) else 1
+
+
 def lower(args: argparse.Namespace) -> int:
     model = lower_model(load_model(args.input), native=not args.decompose)
     onnx.save(model, args.output)

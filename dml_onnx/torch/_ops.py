@@ -8,6 +8,8 @@ the operator's own shape inference. The public functions fill the specification'
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from custom_ops.roi_align_grad import roi_align_grad
 from custom_ops.roi_pooling import roi_pooling_argmax
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
@@ -41,8 +44,9 @@ def _node(definition: OpDefinition) -> str:
     return f"torch.ops.dml_onnx.{definition.name}"
 
 
-def _register(definition: OpDefinition) -> Any:
-    """``torch.ops.dml_onnx.<Op>``: the kernel on CPU tensors, and shapes for fake tensors."""
+def _register(definition: OpDefinition, name: str | None = None) -> Any:
+    """``torch.ops.dml_onnx.<Op>`` (or ``<name>``): the kernel on CPU tensors, and shapes for
+    fake tensors."""
 
     def compute(*args: Any) -> Tensor | tuple[Tensor, ...]:
         tensors, attributes = _split(definition, args)
@@ -52,7 +56,7 @@ def _register(definition: OpDefinition) -> Any:
         result = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outputs)
         return result[0] if len(result) == 1 else result
 
-    op = torch.library.custom_op(f"dml_onnx::{definition.name}", compute, mutates_args=(),
+    op = torch.library.custom_op(f"dml_onnx::{name or definition.name}", compute, mutates_args=(),
                                  device_types="cpu", schema=_schema(definition))
 
     @op.register_fake
@@ -72,6 +76,12 @@ def _register(definition: OpDefinition) -> Any:
 
 OPS = {name: _register(definition) for name, definition in OPERATORS_BY_NAME.items()}
 """``torch.ops.dml_onnx.<Op>`` by operator name."""
+
+_EXACT_ROI_GRADIENT = _register(dataclasses.replace(
+    OPERATORS_BY_NAME["RoiAlignGrad"], prepare=None,
+    kernel=functools.partial(roi_align_grad, exact_roi_gradient=True)), "RoiAlignGradExact")
+"""``torch.ops.dml_onnx.RoiAlignGradExact``: RoiAlignGrad with the exact derivative for
+``drois`` (DirectML's ``drois`` is not one), what ``roi_align1``'s autograd uses."""
 
 
 def _call(name: str, tensors: Sequence[Tensor | None], attributes: dict[str, Any]) -> Any:
@@ -108,7 +118,8 @@ def _roi_align1_backward(ctx: Any, dY: Tensor) -> tuple:
     grad = OPERATORS_BY_NAME["RoiAlignGrad"]
     attributes = {**{k: v for k, v in ctx.attributes.items() if k in grad.attribute_names},
                   "input_shape": list(X.shape)}
-    dX, drois = _call("RoiAlignGrad", (X, dY.contiguous(), rois, batch_indices), attributes)
+    values = [attributes.get(a.name, a.kernel_default) for a in grad.attributes]
+    dX, drois = _EXACT_ROI_GRADIENT(X, dY.contiguous(), rois, batch_indices, *values)
     return _no_grad_for_attributes(OPERATORS_BY_NAME["RoiAlign1"], dX, drois, None)
 
 
