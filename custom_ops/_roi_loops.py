@@ -292,8 +292,10 @@ def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, li
                 x_near, x_far = scales[1] * x_near, scales[1] * x_far
                 y_near, y_far = scales[0] * y_near, scales[0] * y_far
             else:
-                x_near, x_far = _moments(along_x, *directml_factors(ow, nx, width, align, settings))
-                y_near, y_far = _moments(along_y, *directml_factors(oh, ny, height, align, settings))
+                x_near, x_far = _moments(along_x,
+                                         *directml_factors(ow, nx, width, align, settings))
+                y_near, y_far = _moments(along_y,
+                                         *directml_factors(oh, ny, height, align, settings))
             drois[r, 0], drois[r, 1], drois[r, 2], drois[r, 3] = x_near, y_near, x_far, y_far
 
 

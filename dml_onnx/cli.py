@@ -1,8 +1,8 @@
 """The ``dml-onnx`` command (also ``python -m dml_onnx``).
 
-Sub-commands: ``conformance export|run|probe|directml``, ``lower``, ``raise``, ``check`` and ``operators``;
-``dml-onnx <command> --help`` describes each. This module only parses the arguments: the
-commands (:mod:`dml_onnx.commands`) and what they import load after that, so that ``--help``
+Sub-commands: ``conformance export|run|probe|directml``, ``lower``, ``raise``, ``check`` and
+``operators``; ``dml-onnx <command> --help`` describes each. This module only parses the
+arguments: the commands (:mod:`dml_onnx.commands`) and what they import load after that, so that ``--help``
 and a usage error answer at once.
 """
 

@@ -112,14 +112,17 @@ class RoiGrid:
     """The sample grid of spec section 2 for the node's regions.
 
     ``rois`` and ``batch_indices`` are the node's inputs (any allowed rank and types);
-    ``image_size`` the 0-d int64 ``H, W``; ``output_size`` the 0-d int64 ``OH, OW``.
+    ``image_size`` the 0-d int64 ``H, W``; ``output_size`` the 0-d int64 ``OH, OW``;
+    ``linear`` the interpolation (by default the node's ``interpolation_mode``).
     """
 
     def __init__(self, node: StandardNode, rois: str, batch_indices: str,
-                 image_size: tuple[str, str], output_size: tuple[str, str]):
+                 image_size: tuple[str, str], output_size: tuple[str, str],
+                 linear: bool | None = None):
         self.node, self.ct = node, compute_type(node)
         a = node.attributes
-        self.linear = a["interpolation_mode"] == "linear"
+        self.linear = a["interpolation_mode"] == "linear" if linear is None else linear
+        self.outputs = output_size
         boxes, batch = regions(node, rois, batch_indices)
         x1, y1, x2, y2 = (node.op("Gather", boxes, node.constant(k), axis=1) for k in range(4))
         self.height, self.width = image_size

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import roi_align_grad as kernel
 from dml_onnx.definition import Attribute, Example, OpDefinition, Parameter, Shape
@@ -71,17 +71,11 @@ def _standard_form(node: StandardNode) -> None:
     maximising sample for max (out-of-bounds samples reading 0), and 0 out of bounds.
     ``dX``: ``ScatterND`` (``reduction="add"``) of ``w`` times each corner's bilinear weight
     (nearest: of ``w`` onto the pixel read) into image rows ``[N * H * W, C]``. ``drois``:
-    see :func:`_roi_gradient`; 0 for ``nearest_neighbor``. An absent output is not computed.
+    see :func:`_roi_gradient`. An absent output is not computed.
     """
     a = node.attributes
     X, dY, rois, batch_indices = node.inputs
     dx_name, drois_name = [*node.outputs, ""][:2]
-    if drois_name and a["interpolation_mode"] != "linear":
-        zero = helper.make_tensor("zero", node.elem_type, [1], [0])
-        node.op("ConstantOfShape", node.op("Shape", rois), outputs=[drois_name], value=zero)
-        drois_name = ""
-    if not (dx_name or drois_name):
-        return
     sizes = dims(node, X) if X else [node.constant(v) for v in a["input_shape"]]
     grads = dims(node, dY)
     grid = RoiGrid(node, rois, batch_indices, (sizes[2], sizes[3]), (grads[2], grads[3]))
@@ -100,8 +94,11 @@ def _standard_form(node: StandardNode) -> None:
         weights = node.op("Where", take, g, zero)
     if dx_name:
         _image_gradient(node, grid, weights, sizes, dx_name)
-    if drois_name:
-        _roi_gradient(node, grid, image, weights, take, drois_name)
+    if drois_name:  # the image gradient is bilinear in both interpolation modes
+        bilinear = grid if grid.linear else RoiGrid(node, rois, batch_indices,
+                                                    (sizes[2], sizes[3]), (grads[2], grads[3]),
+                                                    linear=True)
+        _roi_gradient(node, bilinear, image, weights, take, drois_name)
 
 
 def _image_gradient(node: StandardNode, grid: RoiGrid, weights: str, sizes: list[str],
@@ -127,40 +124,55 @@ def _image_gradient(node: StandardNode, grid: RoiGrid, weights: str, sizes: list
 
 def _roi_gradient(node: StandardNode, grid: RoiGrid, image: str, weights: str, take: str,
                   output: str) -> None:
-    """``drois`` (linear), the spec's formula: every sample adds
-    ``gX = w ((1-ly)(P[y0,x1] - P[y0,x0]) + ly (P[y1,x1] - P[y1,x0]))`` and ``gY`` alike,
-    with the ``ceil`` corners ``y1 = y0 + (ly > 0)``, ``x1 = x0 + (lx > 0)``, where it is
-    taken and its axis unclamped; ``gX`` times ``scale_x * (1 - t)`` goes to ``x1`` of the
-    region and times ``scale_x * t`` to ``x2`` (y alike). Written with ``rois``' shape."""
-    a = node.attributes
+    """``drois``, DirectML's rule (spec section 3): every sample taken adds
+    ``gX = w ((1-ly)(P[y0,x1] - P[y0,x0]) + ly (P[y1,x1] - P[y1,x0]))`` and ``gY`` alike
+    (``grid``: bilinear corners; 0 along an axis whose coordinate was clamped); summed per
+    output column ``ox``, ``gX`` times :func:`_factors` ``near(ox)`` goes to ``x1`` of the
+    region and times ``far(ox)`` to ``x2`` (y alike). Written with ``rois``' shape."""
     p00, p01, p10, p11 = grid.corners(image)
     zero = node.constant(0.0, grid.ct)
-    up_y, up_x = (node.op("Greater", axis.frac, zero) for axis in (grid.y, grid.x))
-    c01 = node.op("Where", up_x, p01, p00)
-    c10 = node.op("Where", up_y, p10, p00)
-    c11 = node.op("Where", up_y, node.op("Where", up_x, p11, p10), c01)
     (wy, wx), (ly, lx) = grid.complements, (grid.y.frac, grid.x.frac)
 
     def ends(axis: Axis, near: tuple[str, str], far: tuple[str, str], summed: list[int],
-             scale: float) -> list[str]:
+             outputs: str, length: str) -> list[str]:
         """``[d/dfirst, d/dlast]`` ``[R]`` along ``axis``, from ``w (near + far)`` (each a
-        weight and a corner difference); ``summed``: the other axis' and C's axes."""
+        weight and a corner difference); ``summed``: every axis but R and the outputs."""
         gradient = node.op("Mul", weights, node.op("Add", node.op("Mul", *near),
                                                    node.op("Mul", *far)))
         kept = node.op("Where", node.op("And", take, axis.unclamped), gradient, zero)
-        per_sample = node.reduce("ReduceSum", kept, summed)
-        factors = (node.op("Sub", node.constant(1.0, grid.ct), axis.t), axis.t)
-        return [node.op("Mul", node.reduce("ReduceSum", node.op("Mul", per_sample, factor),
-                                           range(1, 6), keepdims=0),
-                        node.constant(scale, grid.ct))
-                for factor in factors]
+        per_output = node.reduce("ReduceSum", kept, summed, keepdims=0)  # [R, O]
+        return [node.reduce("ReduceSum", node.op("Mul", per_output, factor), [1], keepdims=0)
+                for factor in _factors(node, grid, axis, outputs, length)]
 
-    x1, x2 = ends(grid.x, (wy, node.op("Sub", c01, p00)), (ly, node.op("Sub", c11, c10)),
-                  [1, 2, 5], a["spatial_scale_x"])
-    y1, y2 = ends(grid.y, (wx, node.op("Sub", c10, p00)), (lx, node.op("Sub", c11, c01)),
-                  [3, 4, 5], a["spatial_scale_y"])
+    x1, x2 = ends(grid.x, (wy, node.op("Sub", p01, p00)), (ly, node.op("Sub", p11, p10)),
+                  [1, 2, 4, 5], grid.outputs[1], grid.width)
+    y1, y2 = ends(grid.y, (wx, node.op("Sub", p10, p00)), (lx, node.op("Sub", p11, p01)),
+                  [2, 3, 4, 5], grid.outputs[0], grid.height)
     stacked = node.op("Concat", *(node.unsqueeze(d, [1]) for d in (x1, y1, x2, y2)), axis=1)
     finish(node, output, "Reshape", stacked, node.op("Shape", node.inputs[2]), allowzero=1)
+
+
+def _factors(node: StandardNode, grid: RoiGrid, axis: Axis, outputs: str,
+             length: str) -> tuple[str, str]:
+    """DirectML's factors ``[R, O]`` of output ``o``: ``near = fma(-o, ratio, extent)`` (in
+    double) and ``far = o * ratio``, ``extent = L`` and ``ratio = L * (1 / S)``, ``S = O * n``
+    (aligning corners: ``L - 1`` and ``S - 1``; both ``(L - 1) / 2`` when ``S == 1``)."""
+    ct, double = grid.ct, TensorProto.DOUBLE
+    align = node.attributes["align_regions_to_corners"]
+    one = node.constant(1)
+    extent = node.cast(node.op("Sub", length, one) if align else length, ct)
+    total = node.unsqueeze(node.op("Mul", axis.n, outputs), [1])  # [R, 1]
+    divisor = node.cast(node.maximum(node.op("Sub", total, one), one) if align else total, ct)
+    ratio = node.op("Mul", extent, node.op("Div", node.constant(1.0, ct), divisor))
+    o = node.unsqueeze(node.cast(node.op("Range", node.constant(0), outputs, one), ct), [0])
+    near = node.cast(node.op("Sub", node.cast(extent, double), node.op(
+        "Mul", node.cast(o, double), node.cast(ratio, double))), ct)
+    far = node.op("Mul", o, ratio)
+    if align:
+        single = node.op("Equal", total, one)
+        half = node.op("Mul", node.constant(0.5, ct), extent)
+        near, far = (node.op("Where", single, half, v) for v in (near, far))
+    return near, far
 
 
 def _examples() -> tuple[Example, ...]:
