@@ -2,8 +2,8 @@
 
 Sub-commands: ``conformance export|run|probe|directml``, ``lower``, ``raise``, ``check`` and
 ``operators``; ``dml-onnx <command> --help`` describes each. This module only parses the
-arguments: the commands (:mod:`dml_onnx.commands`) and what they import load after that, so that ``--help``
-and a usage error answer at once.
+arguments: the commands (:mod:`dml_onnx.commands`) and what they import load after that, so
+that ``--help`` and a usage error answer at once.
 """
 
 from __future__ import annotations

@@ -82,11 +82,13 @@ def native_sampling_ratio(attributes: dict[str, Any]) -> int | None:
     Not the adaptive count (``sampling_ratio`` 0 gives 0 for empty and inverted regions,
     which this operator samples) nor ``output_half_pixel`` (it clamps the region size to at
     least 1): those take the decomposition. Inverted regions and samples out of the image
-    agree. Two differences remain, for which no attribute test exists: RoiAlign rounds the
-    sample positions in another operation order (``x1 + pw * bin + (ix + 0.5) * bin / k``),
-    so a sample within rounding of the out-of-bounds edges -1 and H (W) may fall on the other
-    side; and it weighs an out-of-bounds sample's pixel (0, 0) by 0, so a NaN or infinity
-    there makes the output NaN.
+    agree. Three differences remain, for which no attribute test exists: RoiAlign's bounds
+    are closed (a sample exactly on -1 or H reads the edge pixel; DirectML's are open, as
+    measured); it rounds the sample positions in another operation order (``x1 + pw * bin +
+    (ix + 0.5) * bin / k``, and bilinear weights where DirectML nests two lerps), so a sample
+    within rounding of the out-of-bounds edges may fall on the other side; and it weighs an
+    out-of-bounds sample's pixel (0, 0) by 0, so a NaN or infinity there makes the output
+    NaN.
     """
     a = attributes
     exact = (a["interpolation_mode"] == "linear" and a["reduction_function"] == "average"
