@@ -119,7 +119,14 @@ def test_seed_gradient_with_offsets_half_and_zero(reduction):
     expected = [[3, 3, 9, 6], [0, 0, 0, 0], [15, 9, 21, 12], [0, 0, 0, 0]]
     # one sample per output: max routes the gradient exactly as average does
     np.testing.assert_array_equal(dX[0, 0], np.array(expected, np.float32))
-    np.testing.assert_array_equal(drois, np.zeros_like(SEED_ROIS))  # nearest: 0
+    # DirectML's drois is not 0 for nearest_neighbor (measured); the exact derivative is
+    _, want = ref_backward(SEED_X, SEED_DY, SEED_ROIS, SEED_BATCH, dx=False,
+                           output_pixel_offset=0.0, reduction_function=reduction, **SEED_ATTRS)
+    np.testing.assert_allclose(drois, want, rtol=1e-6)
+    assert drois.any()
+    _, exact = backward(SEED_X, SEED_DY, SEED_ROIS, SEED_BATCH, output_pixel_offset=0.0,
+                        reduction_function=reduction, exact_roi_gradient=True, **SEED_ATTRS)
+    np.testing.assert_array_equal(exact, np.zeros_like(SEED_ROIS))
 
 
 def test_seed_gradient_with_default_offsets_and_without_x():
@@ -223,11 +230,17 @@ def test_out_of_bounds_rule_and_value():
     X = np.arange(1, 17, dtype=np.float64).reshape(1, 1, 4, 4)
     one = dict(minimum_samples_per_output=1, maximum_samples_per_output=1,
                input_pixel_offset=0.0, output_pixel_offset=-0.5)
-    # single sample at the region centre; [-1, H] reads (clamped), beyond reads the value
-    for centre, expected in [(-1.0, 1.0), (-0.4, 1.0), (-1.1, 7.0), (3.5, 16.0), (4.0, 16.0),
-                             (4.1, 7.0)]:
+    # single sample at the region centre; (-1, H) reads (clamped), -1, H and beyond read the
+    # value (measured: the interval is open); aligning corners, only [0, H - 1] reads
+    for centre, expected in [(-1.0, 7.0), (-0.999, 1.0), (-0.4, 1.0), (-1.1, 7.0),
+                             (3.5, 16.0), (3.999, 16.0), (4.0, 7.0), (4.1, 7.0)]:
         rois = np.array([[centre - 0.5, centre - 0.5, centre + 0.5, centre + 0.5]])
         Y = forward(X, rois, np.zeros(1, np.int64), (1, 1), 7.0, **one)
+        assert Y[0, 0, 0, 0] == expected, centre
+    for centre, expected in [(-0.001, 7.0), (0.0, 1.0), (3.0, 16.0), (3.001, 7.0)]:
+        rois = np.array([[centre, centre, centre, centre]])
+        Y = forward(X, rois, np.zeros(1, np.int64), (1, 1), 7.0, **one,
+                    align_regions_to_corners=1)
         assert Y[0, 0, 0, 0] == expected, centre
 
 
@@ -239,7 +252,8 @@ def test_out_of_bounds_minus_infinity_drops_samples_from_max():
     Y = forward(X, rois, np.zeros(2, np.int64), (2, 2), -np.inf, **attrs)
     np.testing.assert_allclose(Y, ref_forward(X, rois, np.zeros(2, np.int64), (2, 2),
                                               -np.inf, **attrs), rtol=1e-12)
-    assert np.isfinite(Y[0]).all() and (Y[1] == -np.inf).all()
+    # a max over samples that all read -inf is lowest(T), as measured
+    assert np.isfinite(Y[0]).all() and (Y[1] == np.finfo(np.float64).min).all()
 
 
 def test_average_counts_out_of_bounds_samples_with_infinite_value():
@@ -260,7 +274,10 @@ def test_non_finite_pixels_reach_only_the_outputs_that_read_them(attrs):
     Y = forward(X, rois, batch, (3, 3), 0.5, **attrs)
     expected = ref_forward(X, rois, batch, (3, 3), 0.5, **attrs)
     np.testing.assert_allclose(Y, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
-    assert np.isnan(Y).any() and np.isfinite(Y).any()
+    if attrs.get("reduction_function") == "max":  # NaN samples are ignored (measured)
+        assert not np.isnan(Y).any() and np.isfinite(Y).any()
+    else:
+        assert np.isnan(Y).any() and np.isfinite(Y).any()
 
 
 def test_adaptive_sample_count_uses_ceil_of_absolute_size():
@@ -338,7 +355,7 @@ def test_drois_matches_finite_differences(attrs):
     rois = generic_regions(rng, 5, 9, 11) / np.array([sx, sy, sx, sy])
     batch = rng.integers(0, 2, 5)
     g = rng.standard_normal((5, 2, 3, 2))
-    _, drois = backward(X, g, rois, batch, dx=False, **attrs)
+    _, drois = backward(X, g, rois, batch, dx=False, exact_roi_gradient=True, **attrs)
     eps = 1e-6
     numeric = np.zeros_like(rois)
     for index in np.ndindex(rois.shape):
@@ -351,13 +368,17 @@ def test_drois_matches_finite_differences(attrs):
     assert np.abs(numeric).max() > 0.1
 
 
-def test_drois_of_nearest_neighbor_is_zero():
+def test_exact_drois_of_nearest_neighbor_is_zero_and_directml_is_not():
     rng, X, rois, batch = random_case(24)
     g = rng.standard_normal((5, 2, 2, 2))
     for reduction in ("average", "max"):
-        dX, drois = backward(X, g, rois, batch, interpolation_mode="nearest_neighbor",
-                             reduction_function=reduction)
+        attrs = dict(interpolation_mode="nearest_neighbor", reduction_function=reduction)
+        dX, drois = backward(X, g, rois, batch, exact_roi_gradient=True, **attrs)
         assert drois.shape == rois.shape and not drois.any() and dX.any()
+        _, drois = backward(X, g, rois, batch, **attrs)
+        assert drois.any()
+        np.testing.assert_allclose(drois, ref_backward(X, g, rois, batch, **attrs)[1],
+                                   rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
@@ -385,9 +406,16 @@ def test_max_gradient_ignores_losing_samples_next_to_minus_infinity(interpolatio
     attrs = dict(reduction_function="max", interpolation_mode=interpolation)
     dX, drois = backward(X, g, rois, np.zeros(1, np.int64), **attrs)
     ref_dx, ref_drois = ref_backward(X, g, rois, np.zeros(1, np.int64), **attrs)
-    assert np.isfinite(dX).all() and np.isfinite(drois).all()
+    assert np.isfinite(dX).all()
     np.testing.assert_allclose(dX, ref_dx, rtol=1e-11, atol=1e-12)
-    np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11, equal_nan=True)
+    # the exact derivative reads the interpolation's own corners: nearest ones have none,
+    # bilinear ones no -inf next to the winners; DirectML's takes the bilinear image
+    # gradient in both modes, so nearest_neighbor's may meet the -inf pixel
+    _, exact = backward(X, g, rois, np.zeros(1, np.int64), exact_roi_gradient=True, **attrs)
+    assert np.isfinite(exact).all()
+    if interpolation == "linear":
+        assert np.isfinite(drois).all()
 
 
 def test_gradient_with_non_finite_data_follows_the_reference():
@@ -404,13 +432,17 @@ def test_gradient_with_non_finite_data_follows_the_reference():
         g = rng.standard_normal((6, 2, 3, 2))
         g[2, 0, 1, 1] = np.nan
         g[4, 1, 0, 0] = -np.inf
-        dX, drois = backward(X, g, rois, batch, **attrs)
-        ref_dx, ref_drois = ref_backward(X, g, rois, batch, **attrs)
-        np.testing.assert_allclose(dX, ref_dx, rtol=1e-11, atol=1e-12, equal_nan=True)
-        np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11, equal_nan=True)
-        assert np.isnan(dX).any()
-        if attrs.get("interpolation_mode", "linear") == "linear":
-            assert np.isnan(drois[1, 0]) and drois[1, 1] == 0
+        for exact in (False, True):
+            dX, drois = backward(X, g, rois, batch, exact_roi_gradient=exact, **attrs)
+            ref_dx, ref_drois = ref_backward(X, g, rois, batch, exact_roi_gradient=exact,
+                                             **attrs)
+            np.testing.assert_allclose(dX, ref_dx, rtol=1e-11, atol=1e-12, equal_nan=True)
+            np.testing.assert_allclose(drois, ref_drois, rtol=1e-11, atol=1e-11,
+                                       equal_nan=True)
+            assert np.isnan(dX).any()
+        if attrs.get("interpolation_mode", "linear") == "linear" and \
+                attrs.get("reduction_function") != "max":  # max: NaN samples never win
+            assert np.isnan(drois[1, 0]) and drois[1, 1] == 0  # exact: ceil corners
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
