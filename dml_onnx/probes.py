@@ -51,15 +51,16 @@ FLOAT_LOWEST = float(np.finfo(np.float32).min)
 def roi_align(X: np.ndarray, rois: np.ndarray, batch: np.ndarray, *, mode: str,
               output_height: int, output_width: int, sampling_ratio: int, spatial_scale: float,
               coordinate_transformation_mode: str, max_of: str = "samples",
-              clamp_small: bool = False, bounds: str = "closed",
+              clamp_small: bool = False, bounds: str = "open",
               empty_count: str = "at_least_one") -> np.ndarray:
     """RoiAlign-16 ``[R, C, OH, OW]`` under one reading of each open point:
 
     - ``max_of``: ``"samples"`` (the max of the interpolated samples) or ``"weighted_corners"``
       (the max over samples of the largest weighted corner term ``w_i * v_i``);
     - ``clamp_small``: ROI width and height below 1 raised to 1 (ONNX ``output_half_pixel``);
-    - ``bounds``: a sample reads 0 outside ``[-1, H]`` (``"closed"``), outside ``(-1, H)``
-      (``"open"``) or outside ``[0, H - 1]`` (``"image"``); inside, it is clamped to the image;
+    - ``bounds``: a sample reads 0 outside ``(-1, H)`` (``"open"``, DirectML's, measured),
+      outside ``[-1, H]`` (``"closed"``, ONNX's) or outside ``[0, H - 1]`` (``"image"``);
+      inside, it is clamped to the image;
     - ``empty_count``: with ``sampling_ratio = 0``, ``"at_least_one"`` sample per axis,
       ``ceil(|size| / out)`` at least 1 (DirectML's minimum of 1), or ``"ceil"``:
       ``ceil(size / out)``, no sample at all when that is 0 or negative (output 0).
@@ -123,17 +124,19 @@ def _bilinear_terms(plane: np.ndarray, y: float, x: float, bounds: str) -> list[
 
 
 def max_roi_pool(X: np.ndarray, rois: np.ndarray, *, pooled_shape: Sequence[int],
-                 spatial_scale: float, edges: str = "integer", rounding: str = "half_away",
-                 empty: str = "zero", nan: str = "propagate") -> np.ndarray:
+                 spatial_scale: float, edges: str = "integer", rounding: str = "half_even",
+                 empty: str = "zero", nan: str = "ignore") -> np.ndarray:
     """MaxRoiPool ``[R, C, PH, PW]`` under one reading of each open point:
 
     - ``edges``: bin ``p`` of ``P`` over ``size`` rows spans ``[floor(p * size / P),
       ceil((p + 1) * size / P))`` in exact integers (``"integer"``) or with
       ``bin = size / P`` and the products in float32 (``"float32"``);
-    - ``rounding`` of the scaled corners: ``"half_away"`` from zero or ``"half_even"``;
+    - ``rounding`` of the scaled corners: ``"half_even"`` (DirectML's, measured) or
+      ``"half_away"`` from zero;
     - ``empty``: an empty bin gives ``"zero"`` or ``"lowest"`` (-FLT_MAX);
-    - ``nan``: a NaN in a bin ``"propagate"``\\ s, is ``"ignore"``\\ d, or survives only when
-      scanned last (``"scan"``: ``acc = x if not x < acc``, rows then columns).
+    - ``nan``: a NaN in a bin is ``"ignore"``\\ d (the maximum starts at -FLT_MAX: DirectML's,
+      measured), ``"propagate"``\\ s, or survives only when scanned last (``"scan"``:
+      ``acc = x if not x < acc``, rows then columns).
     """
     _, channels, height, width = X.shape
     ph_count, pw_count = pooled_shape
@@ -176,7 +179,7 @@ def _bin_max(values: list[float], empty: str, nan: str) -> float:
     if nan == "propagate" and any(math.isnan(v) for v in values):
         return math.nan
     if nan == "ignore":
-        return max((v for v in values if not math.isnan(v)), default=math.nan)
+        return max([FLOAT_LOWEST, *(v for v in values if not math.isnan(v))])
     if nan == "scan":
         acc = FLOAT_LOWEST
         for v in values:
@@ -370,9 +373,9 @@ POINTS: tuple[Point, ...] = (
           "which read 0?",
           (_roi_align_case("edges", [r for t in (-1.0, -0.5, 0.0, 3.0, 3.5, 4.0)
                                      for r in _edges(t)], (1, 1)),),
-          {SPEC: _roi_align_reading(), "open_bounds": _roi_align_reading(bounds="open"),
+          {SPEC: _roi_align_reading(), "closed_bounds": _roi_align_reading(bounds="closed"),
            "image_bounds": _roi_align_reading(bounds="image")},
-          SPEC),
+          "closed_bounds"),
     Point("roi_align_adaptive_empty",
           "RoiAlign sampling_ratio=0 with empty and inverted ROIs: at least one sample per "
           "axis, or none (output 0)?",
@@ -393,21 +396,21 @@ POINTS: tuple[Point, ...] = (
           "MaxRoiPool ROI corners on .5: rounded half away from zero, or half to even?",
           (_max_roi_pool_case("halves", _image(1, 1, 5, 5),
                               [[0, 0.5, 1.5, 2.5, 2.5], [0, -0.5, 2.5, 3.5, 4.5]], [1, 2]),),
-          {SPEC: _max_roi_pool_reading(), "half_to_even": _max_roi_pool_reading(
-              rounding="half_even")},
-          SPEC),
+          {SPEC: _max_roi_pool_reading(), "half_away": _max_roi_pool_reading(
+              rounding="half_away")},
+          "half_away"),
     Point("max_roi_pool_empty_bin",
           "MaxRoiPool bins wholly outside the image: 0, or the lowest float?",
           (_max_roi_pool_case("outside", -_image(1, 1, 4, 4), [[0, 2, 2, 7, 7]], [2, 2]),),
           {SPEC: _max_roi_pool_reading(), "lowest": _max_roi_pool_reading(empty="lowest")},
           SPEC),
     Point("max_roi_pool_nan",
-          "MaxRoiPool NaN in a bin: propagated, ignored, or kept only when scanned last "
+          "MaxRoiPool NaN in a bin: ignored, propagated, or kept only when scanned last "
           "(onnxruntime CPU's std::max scan)?",
           (_max_roi_pool_case("nan_first_and_last", _nan_image(),
                               [[0, 0, 0, 1, 1], [0, 2, 2, 3, 3]], [1, 1]),),
-          {SPEC: _max_roi_pool_reading(), "ignored": _max_roi_pool_reading(nan="ignore"),
-           "last_scanned": _max_roi_pool_reading(nan="scan")},
+          {SPEC: _max_roi_pool_reading(), "propagated": _max_roi_pool_reading(
+              nan="propagate"), "last_scanned": _max_roi_pool_reading(nan="scan")},
           "last_scanned"),
     Point("lp_pool_odd_p",
           "LpPool with odd p and negative inputs: |x|^p (ONNX), or x^p (the DirectML "

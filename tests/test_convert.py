@@ -93,11 +93,50 @@ def _op_types(model: onnx.ModelProto) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- raising
+HALF_AWAY = {"Split", "Mul", "Abs", "Floor", "Sub", "GreaterOrEqual", "Cast", "Add", "Sign",
+             "Concat", "Constant"}
+"""The standard nodes that round MaxRoiPool's scaled corners half away from zero before the
+raised RoiPooling (which rounds half to even)."""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_raised_max_roi_pool_keeps_rounding_half_away(dtype):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], pooled_shape=[1, 2],
+                            spatial_scale=0.5)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", elem, None),
+                                            helper.make_tensor_value_info("rois", elem, None)],
+                              [helper.make_tensor_value_info("Y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)],
+                              ir_version=10)
+    X = np.arange(1, 26, dtype=dtype).reshape(1, 1, 5, 5)
+    # scaled corners on .5: 0.5 -> 1 and 2.5 -> 3 half away, 0 and 2 half to even
+    rois = np.array([[0, 1, 3, 5, 5], [0, -1, 5, 7, 9]], dtype)
+    feeds = {"X": X, "rois": rois}
+    result = raise_model(model)
+    assert len(result.raised) == 1 and "RoiPooling" in _op_types(result.model)
+    as_float = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                      for n in ("X", "rois")],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 16)], ir_version=10)
+    want = [y.astype(dtype) for y in ort.InferenceSession(as_float.SerializeToString()).run(
+        None, {k: v.astype(np.float32) for k, v in feeds.items()})]  # max is exact
+    got = dml_onnx.InferenceSession(result.model).run(None, feeds)
+    np.testing.assert_array_equal(got[0], want[0])
+    unrounded = dml_onnx.InferenceSession(dml_onnx.make_model(
+        [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[1, 2], spatial_scale=0.5)],
+        list(graph.input), list(graph.output))).run(None, feeds)
+    assert not np.array_equal(unrounded[0], want[0])
+
+
 def test_raise_rewrites_every_exactly_equivalent_node_and_keeps_the_outputs():
     model = _standard_model()
     result = raise_model(model)
     assert result.raised == ["align", "lp", "pool", "col2im"] and result.kept == {}
-    assert _op_types(result.model) == ["Conv", "RoiAlign1", "LpPooling", "RoiPooling", "Fold"]
+    ops = _op_types(result.model)
+    assert [t for t in ops if t not in HALF_AWAY] == ["Conv", "RoiAlign1", "LpPooling",
+                                                      "RoiPooling", "Fold"]
     # Col2Im's constant sizes became attributes: the Constant and the initializer are gone
     assert [t.name for t in result.model.graph.initializer] == ["w"]
     dml_onnx.register_schemas()
