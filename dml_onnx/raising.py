@@ -38,7 +38,12 @@ from dml_onnx.definition import (
 from dml_onnx.form import StandardNode, op_version
 from dml_onnx.graphs import check_structure, element_types, static_dims, subgraphs
 from dml_onnx.ops import OPERATORS_BY_NAME
+from dml_onnx.ops._roi_sampling import edge_regions, replace_regions
 from dml_onnx.standard import default_opset, prefix_for, with_functions
+
+EDGE_REGIONS = "dml_onnx: the regions of a raised RoiAlign with a sample on an image edge"
+"""The ``doc_string`` of the ``RoiAlign`` that computes those regions (see :func:`_roi_align`);
+raising leaves it as it is."""
 
 
 class _Kept(Exception):
@@ -127,6 +132,11 @@ def _max_roi_pool(node: _Node, positive_rois: bool) -> _Raise:
 
 
 def _roi_align(node: _Node, positive_rois: bool) -> _Raise:
+    """``RoiAlign`` (avg) as ``RoiAlign1``, with the standard nodes for what ONNX does and
+    no attribute does: ``output_half_pixel``'s one-pixel clamp, ``sampling_ratio=0``'s empty
+    regions, and its closed bounds: a region with a sample on (or within rounding of) -1 or
+    H (W) (:func:`~dml_onnx.ops._roi_sampling.edge_regions`) takes its outputs from the
+    ``RoiAlign`` itself, run on those regions alone (none, in a detector)."""
     node.require(node.version >= 16, f"RoiAlign-{node.version} has no half_pixel mode")
     mode = node.get("mode", "avg")
     node.require(mode == "avg", f"mode {mode!r}: onnx takes the max of weighted corner "
@@ -139,11 +149,13 @@ def _roi_align(node: _Node, positive_rois: bool) -> _Raise:
     node.require(elem is not None, "the element type of the ROIs is unknown")
     ratio = node.get("sampling_ratio", 0)
     scale = node.get("spatial_scale", 1.0)
+    output_size = [node.get("output_height", 1), node.get("output_width", 1)]
     minimum, maximum = (ratio, ratio) if ratio > 0 else (1, UINT32_MAX)
-    attributes = {"output_size": [node.get("output_height", 1), node.get("output_width", 1)],
+    attributes = {"output_size": output_size,
                   "spatial_scale_x": scale, "spatial_scale_y": scale,
                   "minimum_samples_per_output": minimum, "maximum_samples_per_output": maximum}
-    before = node.emitter("before")
+    before, after = node.emitter("before"), node.emitter("after")
+    inputs = list(node.proto.input)
     scaled = before.op("Mul", rois, before.constant(scale, elem))  # as onnx scales, in T
     starts, ends = (before.op("Slice", scaled, before.constant([first]),
                               before.constant([first + 2]), before.constant([1]))
@@ -151,25 +163,35 @@ def _roi_align(node: _Node, positive_rois: bool) -> _Raise:
     if transform == "output_half_pixel":
         # onnx: width and height max(end - start, 1), from the unshifted start
         sizes = before.op("Max", before.op("Sub", ends, starts), before.constant(1.0, elem))
-        clamped = before.op("Concat", starts, before.op("Add", starts, sizes), axis=1)
-        return _Raise("RoiAlign1", [image, clamped, batch], attributes | {
-            "spatial_scale_x": 1.0, "spatial_scale_y": 1.0, "input_pixel_offset": 0.0},
-            before=before.nodes)
-    if ratio > 0 or positive_rois:
-        return _Raise("RoiAlign1", list(node.proto.input), attributes)
-    # sampling_ratio 0: onnx takes ceil(size / output size) samples per bin, none (output 0)
-    # for a width or height <= 0, which RoiAlign1 still samples once: zero those outputs.
-    half = before.constant(0.5, elem)
-    sizes = before.op("Sub", before.op("Sub", ends, half), before.op("Sub", starts, half))
-    sampled = before.op("Greater", before.reduce("ReduceMin", sizes, [1]),
-                        before.constant(0.0, elem))
-    mask = before.op("Reshape", sampled, before.constant([-1, 1, 1, 1]))
-    after = node.emitter("after")
-    aligned = after.fresh("aligned")
-    after.op("Where", mask, aligned, after.constant(0.0, elem),
-             outputs=list(node.proto.output))
-    return _Raise("RoiAlign1", list(node.proto.input), attributes, before=before.nodes,
-                  outputs=[aligned], after=after.nodes)
+        inputs[1] = before.op("Concat", starts, before.op("Add", starts, sizes), axis=1)
+        attributes |= {"spatial_scale_x": 1.0, "spatial_scale_y": 1.0,
+                       "input_pixel_offset": 0.0}
+    aligned = raw = after.fresh("aligned")
+    if transform == "half_pixel" and ratio == 0 and not positive_rois:
+        # sampling_ratio 0: onnx takes ceil(size / output size) samples per bin, none (output
+        # 0) for a width or height <= 0, which RoiAlign1 still samples once: zero those.
+        half = before.constant(0.5, elem)
+        sizes = before.op("Sub", before.op("Sub", ends, half), before.op("Sub", starts, half))
+        sampled = before.op("Greater", before.reduce("ReduceMin", sizes, [1]),
+                            before.constant(0.0, elem))
+        mask = before.op("Reshape", sampled, before.constant([-1, 1, 1, 1]))
+        aligned = after.op("Where", mask, raw, after.constant(0.0, elem))
+    ct = onnx.TensorProto.FLOAT if elem == onnx.TensorProto.FLOAT16 else elem
+    height, width = (after.squeeze(after.op("Shape", image, start=k, end=k + 1), [0])
+                     for k in (2, 3))
+    edges = edge_regions(after, after.cast(rois, ct) if ct != elem else rois, (height, width),
+                         (output_size[0], output_size[1]), scale=scale,
+                         offset=0.5 if transform == "half_pixel" else 0.0,
+                         clamp_small=transform == "output_half_pixel", ratio=ratio)
+
+    def stock(rois_k: str, batch_k: str) -> str:
+        output = after.op("RoiAlign", image, rois_k, batch_k, **node.attributes)
+        after.nodes[-1].doc_string = EDGE_REGIONS  # not raised again
+        return output
+
+    replace_regions(after, aligned, edges, stock, rois, batch, node.proto.output[0])
+    return _Raise("RoiAlign1", inputs, attributes, before=before.nodes, outputs=[raw],
+                  after=after.nodes)
 
 
 def _lp_pool(node: _Node, positive_rois: bool) -> _Raise:
@@ -519,7 +541,8 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
             if index in replacements:
                 result.model.graph.node.append(replacements[index])
             continue
-        rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        rule = (RULES.get(node.op_type) if node.domain in ("", "ai.onnx")
+                and node.doc_string != EDGE_REGIONS else None)
         if rule is None:
             result.model.graph.node.append(node)
             continue

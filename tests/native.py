@@ -55,3 +55,12 @@ def assert_matches_reference(got: list[np.ndarray], want: list[np.ndarray]) -> N
     case = Case("", onnx.ModelProto(), {}, expected, Tolerance.for_outputs(list(want)))
     outcome = compare(case, {str(k): g for k, g in enumerate(got)})
     assert outcome.passed, outcome.problems
+
+
+def unraised_roi_aligns(model: onnx.ModelProto) -> list[str]:
+    """The names of the ``RoiAlign`` nodes of ``model`` other than those that compute a raised
+    node's regions on an image edge (``dml_onnx.raising.EDGE_REGIONS``)."""
+    from dml_onnx.raising import EDGE_REGIONS
+
+    return [n.name for n in model.graph.node
+            if n.op_type == "RoiAlign" and n.doc_string != EDGE_REGIONS]

@@ -21,7 +21,16 @@ from dml_onnx.definition import (
 )
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import lowest, roi_count, same_dim, spatial_image
-from dml_onnx.ops._roi_sampling import RoiGrid, dims, finish, image_rows, regions, to_compute
+from dml_onnx.ops._roi_sampling import (
+    RoiGrid,
+    dims,
+    edge_regions,
+    finish,
+    image_rows,
+    regions,
+    replace_regions,
+    to_compute,
+)
 from dml_onnx.reference_ops import roi_align1 as reference
 
 SAMPLING_ATTRIBUTES = (
@@ -101,20 +110,38 @@ def native_sampling_ratio(attributes: dict[str, Any]) -> int | None:
 
 def _standard_form(node: StandardNode) -> None:
     """Native ``RoiAlign`` (opset 16) where :func:`native_sampling_ratio` finds one, else the
-    sample grid of :mod:`dml_onnx.ops._roi_sampling` reduced per output.
+    sample grid of :mod:`dml_onnx.ops._roi_sampling` reduced per output (:func:`_decomposed`).
 
-    float16 is computed in float32 (``Cast`` in and out), as the spec asks.
+    ``RoiAlign``'s bounds are closed where DirectML's are open: the regions with a sample on
+    (or within rounding of) an out-of-bounds edge (``edge_regions``) take their outputs from
+    the decomposition, run on those regions alone. float16 is computed in float32 (``Cast``
+    in and out), as the spec asks.
     """
     a = node.attributes
     X, rois, batch_indices = node.inputs
     ratio = native_sampling_ratio(a)
-    if ratio is not None and node.uses_native("RoiAlign"):
-        boxes, index = regions(node, rois, batch_indices)
-        finish(node, node.outputs[0], "RoiAlign", to_compute(node, X), boxes, index,
-               mode="avg", coordinate_transformation_mode="half_pixel",
-               output_height=a["output_size"][0], output_width=a["output_size"][1],
-               sampling_ratio=ratio, spatial_scale=a["spatial_scale_x"])
+    if ratio is None or not node.uses_native("RoiAlign"):
+        finish(node, node.outputs[0], "Identity", _decomposed(node, X, rois, batch_indices))
         return
+    boxes, index = regions(node, rois, batch_indices)
+    pooled = node.op("RoiAlign", to_compute(node, X), boxes, index, mode="avg",
+                     coordinate_transformation_mode="half_pixel",
+                     output_height=a["output_size"][0], output_width=a["output_size"][1],
+                     sampling_ratio=ratio, spatial_scale=a["spatial_scale_x"])
+    sizes = dims(node, X)
+    edges = edge_regions(node, boxes, (sizes[2], sizes[3]), tuple(a["output_size"]),
+                         scale=a["spatial_scale_x"], offset=0.5, clamp_small=False,
+                         ratio=ratio)
+    exact = node.fresh("exact")
+    replace_regions(node, pooled, edges, lambda rois_k, batch_k: _decomposed(
+        node, X, rois_k, batch_k), boxes, index, exact)
+    finish(node, node.outputs[0], "Identity", exact)
+
+
+def _decomposed(node: StandardNode, X: str, rois: str, batch_indices: str) -> str:
+    """``[R, C, OH, OW]`` in the compute type: the sample grid of the regions ``rois`` (and
+    ``batch_indices``) of image ``X``, reduced per output."""
+    a = node.attributes
     sizes = dims(node, X)
     grid = RoiGrid(node, rois, batch_indices, (sizes[2], sizes[3]),
                    (node.constant(a["output_size"][0]), node.constant(a["output_size"][1])))
@@ -123,7 +150,7 @@ def _standard_form(node: StandardNode) -> None:
         pooled = grid.average(values)
     else:
         pooled = node.squeeze(grid.maximum(values, lowest(node.elem_type)), [2, 4])
-    finish(node, node.outputs[0], "Transpose", pooled, perm=[0, 3, 1, 2])  # [R, C, OH, OW]
+    return node.op("Transpose", pooled, perm=[0, 3, 1, 2])  # [R, C, OH, OW]
 
 
 # Shared by the case tables of RoiAlign1 and RoiAlignGrad: a small image batch, regions that
