@@ -22,6 +22,7 @@ from dml_onnx.conformance import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.ops.roi_align1 import native_sampling_ratio
+from tests.native import run_native
 
 FORWARD = OPERATORS_BY_NAME["RoiAlign1"]
 GRADIENT = OPERATORS_BY_NAME["RoiAlignGrad"]
@@ -158,17 +159,21 @@ def test_native_roi_align_spreads_a_non_finite_pixel_0_0_from_out_of_bounds_samp
     assert np.isnan(native[0, 0, 0, 0]) and want[0, 0, 0, 0] == 0
 
 
-def test_native_roi_align_reads_a_sample_on_the_out_of_bounds_edge():
-    """A known limit (see ``native_sampling_ratio``): a sample exactly on x = -1 is out of
-    bounds for DirectML (measured: the interval is open) and in bounds for RoiAlign, which
-    clamps it to pixel 0."""
-    image = np.arange(1, 5, dtype=np.float64).reshape(1, 1, 1, 4)
-    native, want = _native_and_decomposed(
-        (image, np.array([[-1.0, 0, 3, 1]]), np.zeros(1, np.int64)),
-        {"output_size": [1, 4], "minimum_samples_per_output": 1,
-         "maximum_samples_per_output": 1})
-    np.testing.assert_allclose(native[..., 1:], want[..., 1:], rtol=1e-15)
-    assert native[0, 0, 0, 0] == 1 and want[0, 0, 0, 0] == 0
+@pytest.mark.parametrize("box", [[-1.0, 0, 3, 1], [1.0, 0, 5, 1], [-1.0, -1.0, 3, 3]])
+def test_native_form_takes_regions_on_an_edge_from_the_decomposition(box):
+    """RoiAlign's bounds are closed: a sample exactly on x = -1 (or W) reads pixel 0 (W - 1)
+    there, where DirectML's open bounds read the out-of-bounds value. The lowered graph takes
+    such a region's outputs from the decomposition; the others stay RoiAlign's."""
+    image = np.arange(1, 17, dtype=np.float64).reshape(1, 1, 4, 4)
+    rois = np.array([box, [0.3, 0.2, 2.9, 3.1]])
+    attributes = {"output_size": [1, 4], "minimum_samples_per_output": 1,
+                  "maximum_samples_per_output": 1}
+    native, want = _native_and_decomposed((image, rois, np.zeros(2, np.int64)), attributes)
+    np.testing.assert_allclose(native, want, rtol=1e-15)
+    (stock,) = run_native("RoiAlign", [image, rois, np.zeros(2, np.int64)], opset=16,
+                          output_height=1, output_width=4, sampling_ratio=1)
+    assert not np.array_equal(stock[0], want[0])  # the edge sample: the form's fallback
+    np.testing.assert_allclose(stock[1], want[1], rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
