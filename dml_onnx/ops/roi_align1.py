@@ -265,7 +265,10 @@ def _examples() -> tuple[Example, ...]:
 DEFINITION = OpDefinition(
     name="RoiAlign1",
     summary="Crops each region of interest and resamples it to a fixed size "
-            "(Mask R-CNN ROI align).",
+            "(Mask R-CNN ROI align). As DirectML measures: samples inside (-1, H) x (-1, W) "
+            "([0, H-1] x [0, W-1] with corner alignment) read two nested linear "
+            "interpolations (x first) or the nearest pixel, the others the out-of-bounds "
+            "value; max starts at lowest(T) and ignores NaN.",
     dml_name="DML_ROI_ALIGN1_OPERATOR_DESC",
     spec_section="2",
     inputs=(Parameter("X", "T", "[N, C, H, W]."), *ROI_INPUTS),

@@ -250,7 +250,9 @@ def _examples() -> tuple[Example, ...]:
 DEFINITION = OpDefinition(
     name="RoiAlignGrad",
     summary="Backward of RoiAlign1: the gradient with respect to the image and/or the ROI "
-            "corners.",
+            "corners. dX is the adjoint of RoiAlign1; drois is what DirectML computes "
+            "(TensorFlow's CropAndResizeGradBoxes), not the exact derivative: see Fidelity to "
+            "DirectML.",
     dml_name="DML_ROI_ALIGN_GRAD_OPERATOR_DESC",
     spec_section="3",
     inputs=(
@@ -261,7 +263,8 @@ DEFINITION = OpDefinition(
     ),
     outputs=(
         Parameter("dX", "T", "[N, C, H, W], gradient of X.", optional=True),
-        Parameter("drois", "T", "Shape of rois, gradient of the ROI corners.", optional=True),
+        Parameter("drois", "T", "Shape of rois, DirectML's gradient of the ROI corners.",
+                  optional=True),
     ),
     type_constraints=ROI_TYPES,
     attributes=(

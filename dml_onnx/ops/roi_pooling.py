@@ -231,7 +231,7 @@ def _examples() -> tuple[Example, ...]:
              for name, x, r, attributes in float32_cases
              if name in ("half_coordinates", "outside", "scale_third")]
     # NaN and infinities in double only: its standard form is the decomposition, while
-    # onnxruntime's MaxRoiPool (the float32 form) drops most NaNs and gives -3.4e38 for -inf.
+    # onnxruntime's MaxRoiPool (the float32 form) keeps a NaN scanned last in its bin.
     typed.append(("float64_nan_and_infinities", special.astype(np.float64),
                   whole.astype(np.float64), {"pooled_size": [4, 4]}))
     table = [Example(name, (x, r), {"pooled_size": [2, 2], **attributes})
@@ -261,7 +261,9 @@ def _examples() -> tuple[Example, ...]:
 
 DEFINITION = OpDefinition(
     name="RoiPooling",
-    summary="Max pooling over regions of interest (Fast R-CNN ROI pooling).",
+    summary="Max pooling over regions of interest (Fast R-CNN ROI pooling). As DirectML "
+            "measures: scaled corners rounded half to even, each bin's maximum from lowest(T) "
+            "ignoring NaN, 0 for an empty bin.",
     dml_name="DML_ROI_POOLING_OPERATOR_DESC",
     spec_section="1",
     inputs=(
