@@ -1,0 +1,295 @@
+"""Whole detectors: torchvision's Mask R-CNN and Faster R-CNN, stock in plain onnxruntime
+against raised in ``dml_onnx.InferenceSession``, in one run.
+
+    python benchmarks/models.py [--repeat N] [--cores 1,2,16] [--size 512] [--proposals 1000]
+                                [--only TEXT] [--results DIR]
+
+Each model (random weights, seed 0; ``min_size = max_size = --size``, ``--proposals`` RPN
+proposals kept after NMS, and ``box_score_thresh`` 0, so that both heads do their full work,
+or torchvision's default 0.05) is exported by each of torch's exporters (the TorchScript one,
+``dynamo=False``, and ``dynamo=True``; a failed export is reported, not hidden). The stock file
+runs in a plain ``onnxruntime.InferenceSession``; :func:`dml_onnx.raising.raise_model` turns its
+``RoiAlign`` nodes into ``RoiAlign1``, which runs in ``dml_onnx.InferenceSession``. Both get the
+same session options (``intra_op_num_threads`` = the cores). The script checks that the outputs
+agree, then prints per model the median of ``--repeat`` whole runs of each, and, from
+onnxruntime's profiler (a second pair of sessions), the node time per run summed per op type
+for the types that take the most time.
+
+With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
+as ``benchmarks/run.py`` does. Writes ``models.md`` to ``--results`` (default:
+``benchmarks/results``). Needs the ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import dml_onnx
+from dml_onnx.raising import raise_model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DETECTORS = {"Mask R-CNN": "maskrcnn_resnet50_fpn", "Faster R-CNN": "fasterrcnn_resnet50_fpn"}
+THRESHOLDS = {"score threshold 0": 0.0, "default threshold": 0.05}
+EXPORTERS = {"TorchScript": False, "dynamo": True}
+SHOWN_OPS = ("RoiAlign", "RoiAlign1", "Conv", "MaxRoiPool", "RoiPooling")
+"""Op types always shown in the node-time table (besides the slowest others)."""
+
+
+@dataclass
+class Result:
+    """One model, exporter and threshold at one core count."""
+
+    model: str
+    cores: int
+    stock_ms: float = float("nan")
+    raised_ms: float = float("nan")
+    stock_nodes: dict[str, float] = field(default_factory=dict)  # op type -> ms per run
+    raised_nodes: dict[str, float] = field(default_factory=dict)
+    agrees: str = ""
+    raised_count: int = 0
+    error: str = ""
+
+
+def _detector(name: str, size: int, proposals: int, threshold: float):
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    return getattr(torchvision.models.detection, DETECTORS[name])(
+        weights=None, weights_backbone=None, num_classes=91, min_size=size, max_size=size,
+        rpn_post_nms_top_n_test=proposals, box_score_thresh=threshold).eval()
+
+
+def export(name: str, dynamo: bool, size: int, proposals: int, threshold: float
+           ) -> tuple[bytes, np.ndarray]:
+    """The stock ONNX file of a detector and an image to feed it."""
+    import torch
+
+    model = _detector(name, size, proposals, threshold)
+    image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(1))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            program = torch.onnx.export(model, ([image],), dynamo=True, opset_version=18)
+            program.save(buffer)
+        else:
+            torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
+    return buffer.getvalue(), image.numpy()
+
+
+def _options(cores: int, profile: str = "") -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    if cores:
+        options.intra_op_num_threads = cores
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
+    return options
+
+
+def _median_ms(run: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return 1000 * statistics.median(samples)
+
+
+def node_times(make: Callable[[ort.SessionOptions], object], feeds: dict, cores: int,
+               runs: int, folder: str) -> dict[str, float]:
+    """Milliseconds per run spent in each op type, from onnxruntime's profiler."""
+    session = make(_options(cores, os.path.join(folder, "profile")))
+    for _ in range(runs + 1):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    totals: dict[str, float] = defaultdict(float)
+    finished = 0  # runs finished: a run's nodes are logged before its "model_run" event
+    for event in json.loads(Path(path).read_text()):
+        if event.get("cat") == "Session" and event.get("name") == "model_run":
+            finished += 1
+        elif finished and event.get("cat") == "Node" and \
+                event.get("name", "").endswith("_kernel_time"):
+            totals[event["args"]["op_name"]] += event["dur"]  # the first (warm-up) run left
+    return {op: us / 1000 / runs for op, us in totals.items()}
+
+
+def _agree(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
+    if len(got) != len(want):
+        return f"no: {len(got)} outputs against {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape:
+            return f"no: output {k} shape {list(g.shape)} against {list(w.shape)}"
+        if np.issubdtype(w.dtype, np.floating) and not np.allclose(g, w, rtol=1e-4, atol=1e-4):
+            return f"no: output {k} differs by {np.abs(g - w).max():.3g}"
+        if not np.issubdtype(w.dtype, np.floating) and not np.array_equal(g, w):
+            return f"no: output {k} differs"
+    return "yes"
+
+
+def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int) -> Result:
+    """Stock against raised at ``cores`` threads (this process's affinity decides the CPUs)."""
+    result = Result(name, cores)
+    raised = raise_model(onnx.load_from_string(stock))
+    result.raised_count = len(raised.raised)
+    feeds = {onnx.load_from_string(stock).graph.input[0].name: image}
+
+    def plain(options: ort.SessionOptions) -> ort.InferenceSession:
+        return ort.InferenceSession(stock, options, providers=["CPUExecutionProvider"])
+
+    def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
+        return dml_onnx.InferenceSession(raised.model, options)
+
+    stock_session, raised_session = plain(_options(cores)), ours(_options(cores))
+    result.agrees = _agree(raised_session.run(None, feeds), stock_session.run(None, feeds))
+    for _ in range(2):  # warm, then one side's samples after the other's, twice
+        result.stock_ms = _median_ms(functools.partial(stock_session.run, None, feeds), repeat)
+        result.raised_ms = _median_ms(functools.partial(raised_session.run, None, feeds),
+                                      repeat)
+    with tempfile.TemporaryDirectory() as folder:
+        result.stock_nodes = node_times(plain, feeds, cores, max(repeat // 2, 2), folder)
+        result.raised_nodes = node_times(ours, feeds, cores, max(repeat // 2, 2), folder)
+    return result
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, bool, float]]:
+    chosen = []
+    for model in DETECTORS:
+        for exporter, dynamo in EXPORTERS.items():
+            for threshold_name, threshold in THRESHOLDS.items():
+                label = f"{model}, {exporter}, {threshold_name}"
+                if args.only in label:
+                    chosen.append((label, model, dynamo, threshold))
+    return chosen
+
+
+def run_here(args: argparse.Namespace, cores: int) -> list[Result]:
+    results = []
+    for label, model, dynamo, threshold in cases(args):
+        print(f"== {label} at {cores} core(s)", file=sys.stderr, flush=True)
+        try:
+            stock, image = export(model, dynamo, args.size, args.proposals, threshold)
+        except Exception as error:  # an exporter that cannot take the model: say so
+            results.append(Result(label, cores, error=f"export failed: {type(error).__name__}: "
+                                                      f"{str(error).splitlines()[0][:160]}"))
+            continue
+        results.append(measure(label, stock, image, cores, args.repeat))
+        results[-1].model = label
+    return results
+
+
+def run_pinned(cores: int, argv: Sequence[str]) -> list[Result]:
+    """This script in a child process pinned to the first ``cores`` usable CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cores > len(cpus):
+        raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
+    chosen = set(cpus[:cores])
+    with tempfile.TemporaryDirectory() as folder:
+        found = Path(folder) / "results.json"
+        subprocess.run([sys.executable, __file__, *argv, "--threads", str(cores),
+                        "--json", str(found)],
+                       preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
+                       stdout=subprocess.DEVNULL)
+        return [Result(**fields) for fields in json.loads(found.read_text())]
+
+
+def _ms(value: float) -> str:
+    return "—" if value != value else f"{value:.1f}"
+
+
+def table(results: Sequence[Result]) -> str:
+    """Whole runs and the ROI nodes' time, one line per model and core count."""
+    lines = ["| model | cores | stock ms | raised ms | raised / stock | RoiAlign ms (stock) | "
+             "RoiAlign1 ms (raised) | ROI nodes raised / stock | outputs agree |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.model} | {r.cores} | {r.error} | | | | | | |")
+            continue
+        stock_roi = r.stock_nodes.get("RoiAlign", float("nan"))
+        ours_roi = r.raised_nodes.get("RoiAlign1", float("nan"))
+        lines.append(f"| {r.model} | {r.cores} | {_ms(r.stock_ms)} | {_ms(r.raised_ms)} | "
+                     f"{r.raised_ms / r.stock_ms:.2f} | {_ms(stock_roi)} | {_ms(ours_roi)} | "
+                     f"{ours_roi / stock_roi:.2f} | {r.agrees} |")
+    return "\n".join(lines)
+
+
+def node_table(results: Sequence[Result], top: int = 6) -> str:
+    """Per model and core count, ms per run of the slowest op types, stock / raised."""
+    lines = ["| model | cores | op type: stock ms / raised ms |", "|---|---:|---|"]
+    for r in results:
+        if r.error:
+            continue
+        both = {**r.stock_nodes, **r.raised_nodes}
+        slowest = sorted(both, key=lambda op: -both[op])[:top]
+        shown = [op for op in SHOWN_OPS if op in both] + [o for o in slowest
+                                                          if o not in SHOWN_OPS]
+        cells = ", ".join(f"{op} {_ms(r.stock_nodes.get(op, float('nan')))} / "
+                          f"{_ms(r.raised_nodes.get(op, float('nan')))}" for op in shown)
+        lines.append(f"| {r.model} | {r.cores} | {cells} |")
+    return "\n".join(lines)
+
+
+def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    return (f"# Detectors: stock against raised\n\n{platform.machine()}, {os.cpu_count()} cores"
+            f" ({cpu}); onnxruntime {ort.__version__}; image {args.size}x{args.size}, "
+            f"{args.proposals} proposals, median of {args.repeat} runs. At k cores every "
+            f"session has k intra-op threads and the process k CPUs.\n\n{table(results)}\n\n"
+            f"Node time per run (onnxruntime's profiler), by op type:\n\n"
+            f"{node_table(results)}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7, help="runs per median (default 7)")
+    parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
+    parser.add_argument("--size", type=int, default=512, help="image side (default 512)")
+    parser.add_argument("--proposals", type=int, default=1000,
+                        help="RPN proposals after NMS (default 1000)")
+    parser.add_argument("--only", default="", help="run the models whose label has this")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where models.md goes")
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.cores:
+        common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
+                  str(args.proposals), "--only", args.only]
+        results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
+                   for r in run_pinned(cores, common)]
+    else:
+        results = run_here(args, args.threads)
+        if args.json:
+            args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+            return
+    text = markdown(results, args)
+    print(text)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "models.md").write_text(text)
+    print(f"wrote {args.results / 'models.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
