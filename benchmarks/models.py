@@ -130,8 +130,14 @@ def node_times(make: Callable[[ort.SessionOptions], object], feeds: dict, cores:
             finished += 1
         elif finished and event.get("cat") == "Node" and \
                 event.get("name", "").endswith("_kernel_time"):
-            totals[event["args"]["op_name"]] += event["dur"]  # the first (warm-up) run left
+            totals[_op_type(event["args"]["op_name"])] += event["dur"]  # not the warm-up
     return {op: us / 1000 / runs for op, us in totals.items()}
+
+
+def _op_type(name: str) -> str:
+    """The op type of a profiler ``op_name``: a ``dml_onnx`` node's carries its kernel's
+    binding name (``RoiAlign1_float_int64_unguarded``)."""
+    return next((op for op in dml_onnx.OPERATORS_BY_NAME if name.startswith(f"{op}_")), name)
 
 
 def _agree(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
