@@ -17,9 +17,9 @@ from typing import Any
 
 import onnxruntime
 
-from custom_ops._common import short_openmp_spin
+from dml_onnx.declare import extension_import
 
-with short_openmp_spin():  # it imports torch where installed, which loads its OpenMP
+with extension_import():
     import onnxruntime_extensions
     from onnxruntime_extensions import PyCustomOpDef, _ocos
     from onnxruntime_extensions import get_library_path as get_library_path  # re-exported

@@ -243,3 +243,27 @@ def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, i
     kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
     during = kept if user_setting else _common.SPIN_COUNT
     assert done.stdout.split() == [f"[{during!r}]", str(kept)]
+
+
+@pytest.mark.parametrize("importer", ["import dml_onnx.runtime",
+                                      "import dml_onnx, onnxruntime_extensions"])
+def test_the_extension_loads_without_its_converters_and_they_still_work(importer):
+    """onnxruntime-extensions' package imports its converters (``cvt``), which import
+    transformers and torch where installed: the binding defers them, whoever imports the
+    extension, and the user's own ``onnxruntime_extensions.cvt`` and
+    ``gen_processing_models`` still reach the real module."""
+    code = textwrap.dedent(f"""
+        import sys
+        {importer}
+        print("dml_onnx.runtime" in sys.modules, "onnxruntime_extensions.cvt" in sys.modules,
+              "torch" in sys.modules)
+        import onnxruntime_extensions as extensions
+        converter = extensions.cvt.HFTokenizerConverter  # the real module, loaded now
+        from onnxruntime_extensions import cvt
+        print(cvt is sys.modules["onnxruntime_extensions.cvt"] is extensions.cvt,
+              converter is cvt.HFTokenizerConverter, callable(extensions.gen_processing_models))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "False", "True", "True", "True"]
