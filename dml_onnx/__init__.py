@@ -27,7 +27,8 @@ _EXPORTS = {
     "dml_onnx.form": ("NotEquivalent",),
     "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
     "dml_onnx.reference": ("ReferenceEvaluator",),
-    "dml_onnx.runtime": ("InferenceSession", "register_runtime_ops", "to_runtime_model"),
+    "dml_onnx.runtime": ("InferenceSession", "quiet_session_options", "register_runtime_ops",
+                         "to_runtime_model"),
     "dml_onnx.schemas": ("deregister_schemas", "register_schemas"),
     "dml_onnx.standard": ("lower_model", "with_functions"),
 }

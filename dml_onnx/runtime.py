@@ -518,9 +518,7 @@ class InferenceSession:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
-        for key in _NO_SPINNING:  # idle workers would take the cores our kernels run on
-            if _config_entry(options, key) is None:
-                options.add_session_config_entry(key, "0")
+        quiet_session_options(options)  # idle workers would take the cores our kernels use
         if refer and _config_entry(options, _FOLDER_KEY) is None:
             options.add_session_config_entry(_FOLDER_KEY, folder)
         self._threads = options.intra_op_num_threads  # 0: every core
@@ -605,6 +603,20 @@ model file whose weights the serialized model refers to."""
 _NO_SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 """Session options set to "0" unless the caller set them: onnxruntime's idle worker threads
 then sleep instead of spinning on the cores a Python kernel right after them needs."""
+
+
+def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """``options`` (or new ones) for your other, plain onnxruntime sessions in a process that
+    runs ``dml_onnx`` kernels: their idle worker threads sleep instead of spinning after each
+    run (``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` "0",
+    unless already set), so that a kernel called right after them gets the cores. On the
+    16-core server a RoiAlign1 call that takes 10 ms alone took 38 ms right after a plain
+    session with onnxruntime's default, 12.5 ms with these options."""
+    options = options or ort.SessionOptions()
+    for key in _NO_SPINNING:
+        if _config_entry(options, key) is None:
+            options.add_session_config_entry(key, "0")
+    return options
 
 
 def _config_entry(options: ort.SessionOptions, key: str) -> str | None:

@@ -267,3 +267,15 @@ def test_the_extension_loads_without_its_converters_and_they_still_work(importer
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "False", "True", "True", "True"]
+
+
+def test_quiet_session_options_for_the_users_other_sessions():
+    """One call gives plain sessions sleeping idle workers; a value the user set stays."""
+    options = dml_onnx.quiet_session_options()
+    assert [options.get_session_config_entry(k) for k in (
+        "session.intra_op.allow_spinning", "session.inter_op.allow_spinning")] == ["0", "0"]
+    mine = ort.SessionOptions()
+    mine.add_session_config_entry("session.inter_op.allow_spinning", "1")
+    assert dml_onnx.quiet_session_options(mine) is mine
+    assert mine.get_session_config_entry("session.inter_op.allow_spinning") == "1"
+    assert mine.get_session_config_entry("session.intra_op.allow_spinning") == "0"
