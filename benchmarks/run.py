@@ -223,6 +223,30 @@ def _rois(rng: np.random.Generator, count: int, image: int) -> np.ndarray:
     return np.concatenate([corner, corner + size], axis=1).astype(np.float32)
 
 
+FPN_LEVELS = ((2, 200, 272), (3, 100, 136), (4, 50, 68), (5, 25, 34))
+"""(level k, H, W) of an FPN's P2-P5 maps for an 800x1088 image (spatial scale 2 ** -k)."""
+
+
+def _fpn_rows(rng: np.random.Generator, align: dict, agreement: tuple) -> list[Row]:
+    """RoiAlign1 on each FPN level of an 800x1088 image, as a detector's box head calls it:
+    1000 proposals (16 to 512 pixels across) dealt to the levels by torchvision's level mapper
+    (``floor(4 + log2(sqrt(area) / 224))`` clamped to 2..5), each level's share on its map."""
+    size = rng.uniform(16, 512, (1000, 2))
+    corner = rng.uniform(0, np.array([1088, 800]) - size)
+    boxes = np.concatenate([corner, corner + size], axis=1).astype(np.float32)
+    levels = np.clip(np.floor(4 + np.log2(np.sqrt(size.prod(axis=1)) / 224) + 1e-6), 2, 5)
+    result = []
+    for k, height, width in FPN_LEVELS:
+        chosen = boxes[levels == k]
+        feature = rng.standard_normal((1, 256, height, width)).astype(np.float32)
+        attributes = {**align, "spatial_scale_x": 2.0 ** -k, "spatial_scale_y": 2.0 ** -k}
+        result.append(Row(f"RoiAlign1 FPN P{k}, {len(chosen)} ROIs, X [1,256,{height},{width}]",
+                          "RoiAlign1", (feature, chosen, np.zeros(len(chosen), np.int64)),
+                          {"output_size": [7, 7], **attributes}, 0.7,
+                          onnxruntime=agreement))
+    return result
+
+
 def rows(rng: np.random.Generator) -> list[Row]:
     """The rows of the issue's target table, then the tiny cases, then float16 ones."""
     feature = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
@@ -267,6 +291,7 @@ def rows(rng: np.random.Generator) -> list[Row]:
             grad_attributes, 0.3,
             [_torchvision_backward_peer(image, boxes, batch, gradient, 7, 1 / 16, 2)],
             outputs=(True, False)),
+        *_fpn_rows(rng, align, roi_align),
     ]
     small = [
         Row("LpPooling tiny, X [1,1,8,8]", "LpPooling", (tiny,),
