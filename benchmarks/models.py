@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import io
 import json
 import os
@@ -154,7 +155,9 @@ def _agree(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
 
 
 def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int) -> Result:
-    """Stock against raised at ``cores`` threads (this process's affinity decides the CPUs)."""
+    """Stock against raised at ``cores`` threads (this process's affinity decides the CPUs).
+    Each side runs alone: its sessions are gone, and their idle threads with them, before the
+    other side starts (a plain session's spinning threads slow whatever runs next)."""
     result = Result(name, cores)
     raised = raise_model(onnx.load_from_string(stock))
     result.raised_count = len(raised.raised)
@@ -166,15 +169,20 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
         return dml_onnx.InferenceSession(raised.model, options)
 
-    stock_session, raised_session = plain(_options(cores)), ours(_options(cores))
-    result.agrees = _agree(raised_session.run(None, feeds), stock_session.run(None, feeds))
-    for _ in range(2):  # warm, then one side's samples after the other's, twice
-        result.stock_ms = _median_ms(functools.partial(stock_session.run, None, feeds), repeat)
-        result.raised_ms = _median_ms(functools.partial(raised_session.run, None, feeds),
-                                      repeat)
-    with tempfile.TemporaryDirectory() as folder:
-        result.stock_nodes = node_times(plain, feeds, cores, max(repeat // 2, 2), folder)
-        result.raised_nodes = node_times(ours, feeds, cores, max(repeat // 2, 2), folder)
+    def side(make: Callable[[ort.SessionOptions], object]) -> tuple[list, float, dict]:
+        session = make(_options(cores))
+        outputs = session.run(None, feeds)
+        whole = _median_ms(functools.partial(session.run, None, feeds), repeat)
+        del session
+        with tempfile.TemporaryDirectory() as folder:
+            nodes = node_times(make, feeds, cores, max(repeat // 2, 2), folder)
+        gc.collect()
+        time.sleep(0.3)
+        return outputs, whole, nodes
+
+    want, result.stock_ms, result.stock_nodes = side(plain)
+    got, result.raised_ms, result.raised_nodes = side(ours)
+    result.agrees = _agree(got, want)
     return result
 
 

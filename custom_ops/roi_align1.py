@@ -18,10 +18,12 @@ reads ``out_of_bounds_input_value``; the others are clamped into the image and r
 ``floor(v + 0.5)`` or by two nested linear interpolations, x first. float16 is computed in
 float32 and rounded once.
 
-Implementation: the compiled loops of :mod:`custom_ops._roi_loops` over a channels-last copy of
-X, regions split over threads; a call small enough for one thread plans and runs in one
-compiled call. :func:`prepare` checks a node's attributes once. Limits: ``SAMPLE_LIMIT``
-samples per region and axis, and the work limit on ``samples x channels``.
+Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
+threads, over a channels-last copy of X where the samples read at least as many values as X
+holds, else over X where it lies, plane by plane (a detector's finest FPN level with few
+regions: no copy of the map); a call on a small image plans and runs in one compiled call.
+:func:`prepare` checks a node's attributes once. Limits: ``SAMPLE_LIMIT`` samples per region
+and axis, and the work limit on ``samples x channels``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ from custom_ops._roi_grid import (
 )
 
 OP = "RoiAlign1"
+SMALL_IMAGE = 1 << 16
+"""Images up to this many values go channels-last at once, for the one-compiled-call path of
+small calls; larger ones choose their layout by the work (:func:`_run`)."""
 FLOAT_TYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
@@ -123,15 +128,20 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
         return Y.astype(X.dtype)
     loops = compiled("_roi_loops")
 
-    Xt = channels_last(X, dtype)
     flags = sampling.align_corners, sampling.linear, sampling.average
-    if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
-                           np.ascontiguousarray(indices, np.int64), sampling.scales,
-                           sampling.minimum, sampling.maximum, SAMPLE_LIMIT, serial_work(),
-                           settings[X.dtype], *flags, Y):
-        return Y.astype(X.dtype, copy=False)
+    if X.size <= SMALL_IMAGE:  # plan and run in one compiled call where the work is small
+        Xt = channels_last(X, dtype)
+        if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
+                               np.ascontiguousarray(indices, np.int64), sampling.scales,
+                               sampling.minimum, sampling.maximum, SAMPLE_LIMIT,
+                               serial_work(), settings[X.dtype], *flags, Y):
+            return Y.astype(X.dtype, copy=False)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
-    run_parallel([functools.partial(loops.forward, Xt, plan.batch, plan.first, plan.size,
-                                    plan.n, regions, settings[X.dtype], *flags, Y)
+    if plan.work >= X.size:  # the channels-last copy pays for itself
+        image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
+    else:  # few samples against a large image: read it where it lies
+        image, loop = np.ascontiguousarray(X, dtype), loops.forward_planar
+    run_parallel([functools.partial(loop, image, plan.batch, plan.first, plan.size, plan.n,
+                                    regions, settings[X.dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
     return Y.astype(X.dtype, copy=False)

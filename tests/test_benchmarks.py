@@ -81,7 +81,8 @@ def test_the_bandwidth_script_reports_each_streaming_row(capsys, monkeypatch):
     monkeypatch.setattr(module, "best_ms", functools.partial(module.best_ms, repeat=1))
     module.main()
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
-    assert [row[0] for row in rows] == ["| Fold 3x3, pad 1, [8,576,3136] -> [8,64,56,56]"]
+    assert [row[0] for row in rows] == ["| Fold 3x3, pad 1, [8,576,3136] -> [8,64,56,56]",
+                                        "| RoiAlign1 FPN P2, 156 ROIs, X [1,256,200,272]"]
     read, ours = float(rows[0][2]), float(rows[0][4])
     assert read > 0 and ours > 0
     assert abs(float(rows[0][9].rstrip(" |")) - ours / read) < 0.05  # of printed times

@@ -750,3 +750,36 @@ def test_property_gradient_matches_reference(case):
     if attrs["reduction_function"] == "average":
         Y = forward(X, rois, batch, size, **attrs)
         assert abs(np.vdot(Y, g) - np.vdot(X, dX)) <= 1e-11 * (1 + np.abs(Y * g).sum())
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_both_image_layouts_give_the_same_bits(attrs, dtype):
+    """The channels-last loop (many samples against the image) and the plane-by-plane loop
+    (few samples against a large image: no copy) compute the same bits, NaN and infinities
+    included; a call picks its loop by the work."""
+    from custom_ops import _roi_loops as loops
+    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
+    from custom_ops.roi_align1 import SMALL_IMAGE
+
+    rng, X, rois, batch = random_case(41, c=5, regions=9, dtype=dtype)
+    X[0, 1, 2, 3], X[1, 4, 0, 0], X[0, 2, 6, 7] = np.nan, np.inf, -np.inf
+    full = {**DEFAULTS, **attrs}
+    sampling = check_sampling("RoiAlign1", "", **full)
+    plan = Plan("RoiAlign1", "", X.shape, rois, batch, sampling, (3, 4), np.dtype(dtype))
+    settings = loop_settings(sampling, np.dtype(dtype), 0.25)
+    flags = sampling.align_corners, sampling.linear, sampling.average
+    regions = np.arange(len(batch))
+    last, planar = (np.empty((len(batch), 5, 3, 4), dtype) for _ in range(2))
+    loops.forward(np.ascontiguousarray(X.transpose(0, 2, 3, 1)), plan.batch, plan.first,
+                  plan.size, plan.n, regions, settings, *flags, last)
+    loops.forward_planar(X, plan.batch, plan.first, plan.size, plan.n, regions, settings,
+                         *flags, planar)
+    np.testing.assert_array_equal(last.view(np.uint8), planar.view(np.uint8))
+    # a large image with one small region takes the plane-by-plane loop through the kernel
+    image = rng.standard_normal((1, 3, 300, 300)).astype(dtype)
+    assert image.size > SMALL_IMAGE
+    box = np.array([[10.5, 20.25, 30.0, 41.0]], dtype)
+    got = forward(image, box, np.zeros(1, np.int64), (3, 4), 0.25, **attrs)
+    np.testing.assert_allclose(got, ref_forward(image, box, np.zeros(1, np.int64), (3, 4),
+                                                0.25, **attrs), rtol=1e-6, atol=1e-6)
