@@ -86,3 +86,17 @@ def test_the_bandwidth_script_reports_each_streaming_row(capsys, monkeypatch):
     read, ours = float(rows[0][2]), float(rows[0][4])
     assert read > 0 and ours > 0
     assert abs(float(rows[0][9].rstrip(" |")) - ours / read) < 0.05  # of printed times
+
+
+def test_the_neighbours_script_reports_ours_alone_and_after_a_plain_session(capsys,
+                                                                            monkeypatch):
+    """benchmarks/neighbours.py runs and prints one row of positive times."""
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_neighbours", SCRIPT.parent / "neighbours.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["neighbours.py", "--threads", "1", "--repeat", "1"])
+    module.main()
+    row = capsys.readouterr().out.splitlines()[2].split(" | ")
+    alone, default, quiet = (float(cell.split()[0].strip("| ")) for cell in row[1:4])
+    assert row[0] == "| 1" and min(alone, default, quiet) > 0
