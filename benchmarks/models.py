@@ -2,7 +2,7 @@
 against raised in ``dml_onnx.InferenceSession``, in one run.
 
     python benchmarks/models.py [--repeat N] [--cores 1,2,16] [--size 512] [--proposals 1000]
-                                [--only TEXT] [--results DIR]
+                                [--only TEXT|TEXT...] [--results DIR]
 
 Each model (random weights, seed 0; ``min_size = max_size = --size``, ``--proposals`` RPN
 proposals kept after NMS, and ``box_score_thresh`` 0, so that both heads do their full work,
@@ -192,7 +192,7 @@ def cases(args: argparse.Namespace) -> list[tuple[str, bool, float]]:
         for exporter, dynamo in EXPORTERS.items():
             for threshold_name, threshold in THRESHOLDS.items():
                 label = f"{model}, {exporter}, {threshold_name}"
-                if args.only in label:
+                if any(part in label for part in args.only.split("|")):
                     chosen.append((label, model, dynamo, threshold))
     return chosen
 
@@ -283,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=512, help="image side (default 512)")
     parser.add_argument("--proposals", type=int, default=1000,
                         help="RPN proposals after NMS (default 1000)")
-    parser.add_argument("--only", default="", help="run the models whose label has this")
+    parser.add_argument("--only", default="",
+                        help="run the models whose label has this (or one of A|B|...)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where models.md goes")
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
