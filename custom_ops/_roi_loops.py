@@ -228,43 +228,62 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
 
 @jit
 def forward_planar(X, batch, first, size, n, regions, settings, align, linear, average, Y):
-    """:func:`forward` reading the image ``X [N, C, H, W]`` (``ct``) plane by plane where it
-    lies, for calls whose samples are few against the image (no channels-last copy). The
-    same operations in the same order per channel: the same bits as :func:`forward`."""
+    """:func:`forward` reading the image ``X [N, C, H, W]`` (``ct``) where it lies, for calls
+    whose samples are few against the image (no channels-last copy): per sample, its corners'
+    offsets once, then every channel at a stride of one plane. The same operations in the
+    same order per channel: the same bits as :func:`forward`."""
     ct = settings.dtype.type
     _, channels, height, width = X.shape
     _, _, oh, ow = Y.shape
+    flat = X.reshape(X.shape[0], channels, height * width)
+    acc = np.empty(channels, settings.dtype)
     out_of_bounds, lowest = settings[2], settings[3]
     for r in regions:
         b = batch[r]
+        image = flat[b]
         ny, nx = n[0, r], n[1, r]
         y_lo, y_hi, _, y_whi, y_in, _, _ = axis_samples(first[0, r], size[0, r], ny, oh,
                                                         height, settings, align, linear)
         x_lo, x_hi, _, x_whi, x_in, _, _ = axis_samples(first[1, r], size[1, r], nx, ow,
                                                         width, settings, align, linear)
         count = ct(ny * nx)
-        for c in range(channels):
-            plane = X[b, c]
-            for oy in range(oh):
-                for ox in range(ow):
-                    acc = ct(-0.0) if average else lowest
-                    for sy in range(oy * ny, oy * ny + ny):
-                        y0, y1, ly = y_lo[sy], y_hi[sy], y_whi[sy]
-                        for sx in range(ox * nx, ox * nx + nx):
-                            x0, x1, lx = x_lo[sx], x_hi[sx], x_whi[sx]
-                            if not (y_in[sy] and x_in[sx]):
+        for oy in range(oh):
+            for ox in range(ow):
+                acc[:] = ct(-0.0) if average else lowest
+                for sy in range(oy * ny, oy * ny + ny):
+                    top_row, bottom_row, ly = y_lo[sy] * width, y_hi[sy] * width, y_whi[sy]
+                    for sx in range(ox * nx, ox * nx + nx):
+                        x0, x1, lx = x_lo[sx], x_hi[sx], x_whi[sx]
+                        if not (y_in[sy] and x_in[sx]):
+                            for c in range(channels):
                                 v = out_of_bounds
-                            elif linear:
-                                top = plane[y0, x0] + (plane[y0, x1] - plane[y0, x0]) * lx
-                                bottom = plane[y1, x0] + (plane[y1, x1] - plane[y1, x0]) * lx
+                                acc[c] = acc[c] + v if average else (v if v > acc[c]
+                                                                     else acc[c])
+                            continue
+                        o00, o01 = top_row + x0, top_row + x1
+                        o10, o11 = bottom_row + x0, bottom_row + x1
+                        if linear and average:
+                            for c in range(channels):
+                                top = image[c, o00] + (image[c, o01] - image[c, o00]) * lx
+                                bottom = image[c, o10] + (image[c, o11] - image[c, o10]) * lx
+                                acc[c] += top + (bottom - top) * ly
+                        elif linear:
+                            for c in range(channels):
+                                top = image[c, o00] + (image[c, o01] - image[c, o00]) * lx
+                                bottom = image[c, o10] + (image[c, o11] - image[c, o10]) * lx
                                 v = top + (bottom - top) * ly
-                            else:
-                                v = plane[y0, x0]
-                            if average:
-                                acc += v
-                            elif v > acc:  # False for NaN
-                                acc = v
-                    Y[r, c, oy, ox] = acc / count if average else acc
+                                if v > acc[c]:  # False for NaN
+                                    acc[c] = v
+                        elif average:
+                            for c in range(channels):
+                                acc[c] += image[c, o00]
+                        else:
+                            for c in range(channels):
+                                v = image[c, o00]
+                                if v > acc[c]:
+                                    acc[c] = v
+                for c in range(channels):
+                    Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
 
 
 @jit
