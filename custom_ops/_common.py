@@ -241,6 +241,23 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out.reshape(n, h, w, c)
 
 
+def converted(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``X`` as a contiguous array of ``dtype`` (``X`` itself where it is one already),
+    converted in runs of its flat values over the threads (numpy's conversion is one thread)."""
+    if X.dtype == dtype and X.flags.c_contiguous:
+        return X
+    out = np.empty(X.shape, dtype)
+    source, target = X.reshape(-1), out.reshape(-1)
+    if not X.flags.c_contiguous or X.size <= 2 * GRAIN:
+        np.copyto(out, X, casting="unsafe")
+        return out
+    runs = min(2 * workers(), X.size // GRAIN)
+    edges = [X.size * k // runs for k in range(runs + 1)]
+    run_parallel([functools.partial(np.copyto, target[a:b], source[a:b], casting="unsafe")
+                  for a, b in zip(edges, edges[1:])])
+    return out
+
+
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 """Threads a kernel splits independent chunks over (numpy and the compiled loops release the
 interpreter lock): the CPUs this process may use when it starts."""

@@ -20,7 +20,7 @@ float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
 threads, over a channels-last copy of X where the samples read at least as many values as X
-holds (or X needs converting: float16), else over X where it lies, every channel at a
+holds, else over X where it lies (float16 converted in parallel), every channel at a
 plane's stride (a detector's finest FPN level with few regions: no copy of the map); a call
 on a small image plans and runs in one compiled call. :func:`prepare` checks a node's
 attributes once. Limits: ``SAMPLE_LIMIT`` samples per region and axis, and the work limit on
@@ -43,6 +43,7 @@ from custom_ops._common import (
     check_rank,
     compiled,
     compute_dtype,
+    converted,
     interleaved,
     run_parallel,
     serial_work,
@@ -138,10 +139,10 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                                serial_work(), settings[X.dtype], *flags, Y):
             return Y.astype(X.dtype, copy=False)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
-    if plan.work >= X.size or X.dtype != dtype:  # the copy pays, or a conversion is due
+    if plan.work >= X.size:  # the channels-last copy pays for itself
         image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
     else:  # few samples against a large image: read it where it lies
-        image, loop = np.ascontiguousarray(X, dtype), loops.forward_planar
+        image, loop = converted(X, dtype), loops.forward_planar
     run_parallel([functools.partial(loop, image, plan.batch, plan.first, plan.size, plan.n,
                                     regions, settings[X.dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
