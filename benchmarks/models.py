@@ -26,11 +26,11 @@ import argparse
 import dataclasses
 import functools
 import gc
+import importlib.util
 import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -212,19 +212,14 @@ def run_here(args: argparse.Namespace, cores: int) -> list[Result]:
     return results
 
 
-def run_pinned(cores: int, argv: Sequence[str]) -> list[Result]:
-    """This script in a child process pinned to the first ``cores`` usable CPUs."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if cores > len(cpus):
-        raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
-    chosen = set(cpus[:cores])
-    with tempfile.TemporaryDirectory() as folder:
-        found = Path(folder) / "results.json"
-        subprocess.run([sys.executable, __file__, *argv, "--threads", str(cores),
-                        "--json", str(found)],
-                       preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
-                       stdout=subprocess.DEVNULL)
-        return [Result(**fields) for fields in json.loads(found.read_text())]
+def _run_script():
+    """``benchmarks/run.py`` as a module (its ``run_pinned``)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_run",
+                                                  Path(__file__).with_name("run.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
 
 
 def _ms(value: float) -> str:
@@ -292,8 +287,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.cores:
         common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
                   str(args.proposals), "--only", args.only]
+        bench = _run_script()
         results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
-                   for r in run_pinned(cores, common)]
+                   for r in bench.run_pinned(cores, common, __file__, Result)]
     else:
         results = run_here(args, args.threads)
         if args.json:

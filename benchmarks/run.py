@@ -540,19 +540,22 @@ def cores_markdown(by_cores: dict[int, list[Result]], repeat: int,
     return "".join(parts)
 
 
-def run_pinned(cores: int, argv: Sequence[str]) -> list[Result]:
-    """This script's rows in a child process pinned to the first ``cores`` usable CPUs."""
+def run_pinned(cores: int, argv: Sequence[str], script: str = __file__,
+               result: type = Result) -> list:
+    """``script``'s rows (this one's by default) in a child process pinned to the first
+    ``cores`` usable CPUs, given ``--threads cores`` and ``--json FILE``, read back as
+    ``result`` records."""
     cpus = sorted(os.sched_getaffinity(0))
     if cores > len(cpus):
         raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
     chosen = set(cpus[:cores])
     with tempfile.TemporaryDirectory() as folder:
         found = Path(folder) / "results.json"
-        subprocess.run([sys.executable, __file__, *argv, "--threads", str(cores),
+        subprocess.run([sys.executable, script, *argv, "--threads", str(cores),
                         "--json", str(found)],
                        preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
                        stdout=subprocess.DEVNULL)
-        return [Result(**fields) for fields in json.loads(found.read_text())]
+        return [result(**fields) for fields in json.loads(found.read_text())]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

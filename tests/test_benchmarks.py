@@ -100,3 +100,25 @@ def test_the_neighbours_script_reports_ours_alone_and_after_a_plain_session(caps
     row = capsys.readouterr().out.splitlines()[2].split(" | ")
     alone, default, quiet = (float(cell.split()[0].strip("| ")) for cell in row[1:4])
     assert row[0] == "| 1" and min(alone, default, quiet) > 0
+
+
+def test_the_models_script_reports_ratios_failures_and_op_types():
+    """benchmarks/models.py's report (not its timings): the ROI nodes' ratio, a failed export,
+    dml_onnx op types recognised in profiler names, and the output check."""
+    spec = importlib.util.spec_from_file_location("benchmarks_models",
+                                                  SCRIPT.parent / "models.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    done = module.Result("Mask R-CNN, TorchScript, default threshold", 2, stock_ms=100.0,
+                         raised_ms=90.0, stock_nodes={"RoiAlign": 20.0, "Conv": 50.0},
+                         raised_nodes={"RoiAlign1": 5.0, "Conv": 50.0}, agrees="yes")
+    failed = module.Result("Mask R-CNN, dynamo, default threshold", 2, error="export failed")
+    lines = module.table([done, failed]).splitlines()
+    assert lines[2].split(" | ")[4:8] == ["0.90", "20.0", "5.0", "0.25"]
+    assert "export failed" in lines[3]
+    assert "RoiAlign1 — / 5.0" in module.node_table([done])
+    assert module._op_type("RoiAlign1_float_int64_unguarded") == "RoiAlign1"
+    assert module._op_type("Conv") == "Conv"
+    assert module._agree([np.ones(3)], [np.ones(3)]) == "yes"
+    assert module._agree([np.ones(3)], [np.zeros(3)]).startswith("no")
