@@ -7,17 +7,18 @@ Compiled by :data:`custom_ops._jit.jit`. Conventions:
 - ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``,
   ``size = fma(x2, scale, -first)`` rounded once, as DirectML computes it;
   ``n``: ``[2, R]`` samples per output along each axis (``custom_ops._roi_grid.Plan``).
-- ``settings``: ``[output_pixel_offset, input_pixel_offset, out_of_bounds]`` in ``ct``.
+- ``settings``: ``[output_pixel_offset, input_pixel_offset, out_of_bounds, lowest(T)]`` in
+  ``ct`` (``custom_ops._roi_grid.loop_settings``).
 
 Along an axis of ``L`` pixels with ``S = O * n`` samples, sample ``s`` (of output ``s // n``) is
 at ``X(s) = first + t(s) * size - input_pixel_offset`` with ``t(s) = (s - output_pixel_offset)
 / S`` (``/ (S - 1)`` when aligning corners, 1/2 when ``S == 1``), computed in ``ct`` operation by
-operation as the specification writes it. It is out of bounds outside ``[-1, L]``; otherwise it
-is clamped into ``[0, L - 1]`` and read bilinearly from its corners ``floor`` and
-``min(floor + 1, L - 1)``, or at ``floor(X + 0.5)``. A sample's value is the literal bilinear
-formula over all four corners (a weight 0 times an infinite pixel gives NaN, as in the spec),
-and an output reduces its ``n_y * n_x`` samples in row-major order: a sum divided by the count,
-or the maximum (NaN wins).
+operation as the specification writes it. It is out of bounds outside ``(-1, L)`` (outside
+``[0, L - 1]`` when aligning corners), as DirectML measures; otherwise it is clamped into
+``[0, L - 1]`` and read from its corners ``floor`` and ``min(floor + 1, L - 1)`` by two nested
+linear interpolations, x first (a weight 0 on an infinite pixel gives NaN), or at
+``floor(X + 0.5)``. An output reduces its ``n_y * n_x`` samples in row-major order: a sum
+divided by the count, or the maximum from ``lowest(T)`` (NaN never wins).
 """
 
 from __future__ import annotations
