@@ -14,7 +14,7 @@ from dml_onnx import conformance, docs, probes
 from dml_onnx.check import check_model
 from dml_onnx.definition import DOMAIN
 from dml_onnx.form import NotEquivalent
-from dml_onnx.graphs import load_model
+from dml_onnx.graphs import load_model, save_model
 from dml_onnx.raising import raise_model
 from dml_onnx.standard import lower_model
 
@@ -95,7 +95,7 @@ def conformance_directml(args: argparse.Namespace) -> int:
 
 def lower(args: argparse.Namespace) -> int:
     model = lower_model(load_model(args.input), native=not args.decompose)
-    onnx.save(model, args.output)
+    save_model(model, args.output)
     print(f"wrote {args.output}: {len(model.graph.node)} standard nodes")
     return 0
 
@@ -103,7 +103,7 @@ def lower(args: argparse.Namespace) -> int:
 def raise_nodes(args: argparse.Namespace) -> int:
     result = raise_model(load_model(args.input), positive_rois=args.positive_rois,
                          functions=not args.no_functions)
-    onnx.save(result.model, args.output)
+    save_model(result.model, args.output)
     for name in result.raised:
         print(f"raised {name}")
     for name, reason in result.kept.items():

@@ -189,11 +189,21 @@ def export_suite(directory: str | Path) -> list[Path]:
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    for old in root.glob("test_*"):
+    cases = all_cases()
+    names = {case.name for case in cases}
+    ours = []
+    for old in sorted(root.glob("test_*")):
+        if written_by_suite(old):
+            ours.append(old)
+        elif old.name in names:  # checked before anything is removed
+            raise ValueError(f"{old} was not written by dml-onnx conformance export: not "
+                             "replaced (move it away, or export to another folder)")
+    probes.check_replaceable(root / PROBES)
+    for old in ours:
         shutil.rmtree(old)
     probes.export_probes(root / PROBES)
     written = []
-    for case in all_cases():
+    for case in cases:
         folder = root / case.name
         data = folder / "test_data_set_0"
         data.mkdir(parents=True)
@@ -207,6 +217,36 @@ def export_suite(directory: str | Path) -> list[Path]:
             (folder / "config.txt").write_text(case.tolerance.config_text())
         written.append(folder)
     return written
+
+
+SUITE_FILE = re.compile(r"model\.onnx|config\.txt|probe\.json|"
+                        r"test_data_set_0/(input|output)_\d+\.pb|readings/\w+/output_0\.pb")
+"""The paths, relative to a case folder, of everything the suite writes there."""
+SUITE_MODEL_BYTES = 1 << 24
+"""The suite's models are far smaller; a larger ``model.onnx`` is not one of them."""
+
+
+def written_by_suite(folder: Path) -> bool:
+    """Whether ``folder`` holds only what :func:`export_suite` writes: a folder (not a link)
+    of regular files at the suite's paths, with a ``model.onnx`` this project made (producer
+    ``dml_onnx``) or, for a probe, a ``probe.json`` naming a probed point. Nothing else is
+    opened (a FIFO or a device is never read)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    for path in folder.rglob("*"):
+        if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            return False
+        if path.is_file() and not SUITE_FILE.fullmatch(path.relative_to(folder).as_posix()):
+            return False
+    model, probe = folder / "model.onnx", folder / "probe.json"
+    if not model.is_file() or model.stat().st_size > SUITE_MODEL_BYTES:
+        return False
+    if probe.is_file():
+        return probes.names_a_point(probe)
+    try:
+        return onnx.load(model, load_external_data=False).producer_name == "dml_onnx"
+    except (DecodeError, ValueError, OSError):
+        return False
 
 
 def load_case(folder: str | Path) -> Case:

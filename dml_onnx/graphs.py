@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,31 @@ from google.protobuf.message import DecodeError, Message
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
 from dml_onnx.schemas import register_schemas
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Write ``model`` to ``path`` (through a symbolic link to its target) without ever
+    leaving a part-written file there: the bytes go to a temporary file beside it, which then
+    replaces it in one rename. An existing file keeps its permissions, a new one gets the
+    umask's; a failure leaves what was at ``path`` as it was."""
+    target = Path(os.path.realpath(path))
+    data = model.SerializeToString()  # a model over 2 GB fails here, before any write
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                         suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        if target.exists():
+            os.chmod(temporary, target.stat().st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:

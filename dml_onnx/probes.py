@@ -439,10 +439,39 @@ POINTS: tuple[Point, ...] = (
 
 
 # ------------------------------------------------------------------------------ files
-def export_probes(directory: str | Path) -> list[Path]:
-    """Write every probe case under ``directory`` (replacing it): the model, its inputs, the
-    spec reading as the expected output, and every reading under ``readings/``."""
+def names_a_point(path: Path) -> bool:
+    """Whether ``path`` is a ``probe.json`` as :func:`export_probes` writes it (a small file
+    naming one of :data:`POINTS`)."""
+    if path.stat().st_size > 1 << 16:
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError):
+        return False
+    return isinstance(data, dict) and data.get("point") in {p.name for p in POINTS}
+
+
+def check_replaceable(directory: str | Path) -> None:
+    """Raise ``ValueError`` unless ``directory`` is absent or holds only probes that
+    :func:`export_probes` wrote, which it may replace."""
+    from dml_onnx.conformance import written_by_suite
+
     root = Path(directory)
+    if not (root.exists() or root.is_symlink()):
+        return
+    if root.is_symlink() or not root.is_dir() or not all(
+            entry.name.startswith("test_probe_") and written_by_suite(entry)
+            for entry in root.iterdir()):
+        raise ValueError(f"{root} holds what dml-onnx conformance export did not write: not "
+                         "replaced (move it away, or export to another folder)")
+
+
+def export_probes(directory: str | Path) -> list[Path]:
+    """Write every probe case under ``directory`` (replacing the probes written there before;
+    anything else there is refused, see :func:`check_replaceable`): the model, its inputs,
+    the spec reading as the expected output, and every reading under ``readings/``."""
+    root = Path(directory)
+    check_replaceable(root)
     if root.exists():
         shutil.rmtree(root)
     written = []

@@ -1,0 +1,113 @@
+"""Commands never destroy user data: ``conformance export`` replaces only what it wrote,
+``lower`` and ``raise`` write through a temporary file and one rename."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import dml_onnx
+from dml_onnx import conformance, probes
+from dml_onnx.graphs import save_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dml_onnx", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def _model() -> onnx.ModelProto:
+    node = dml_onnx.lp_pooling("X", "Y", window_size=[2, 2])
+    return dml_onnx.make_model([node], [helper.make_tensor_value_info(
+        "X", TensorProto.FLOAT, [1, 1, 4, 4])], [helper.make_tensor_value_info(
+            "Y", TensorProto.FLOAT, [1, 1, 3, 3])])
+
+
+def test_export_keeps_what_it_did_not_write_and_refuses_to_replace_it(tmp_path):
+    suite = tmp_path / "suite"
+    assert _cli("conformance", "export", str(suite)).returncode == 0
+    case = next(suite.glob("test_roi_pooling_*"))
+    mine = suite / "test_mine"  # a user's folder beside the suite's: left alone
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert conformance.written_by_suite(case) and not conformance.written_by_suite(mine)
+    assert _cli("conformance", "export", str(suite)).returncode == 0
+    assert (mine / "notes.txt").read_text() == "keep" and case.is_dir()
+
+    # a user's file inside a case folder of the suite's name, or in probes/: refused, and
+    # nothing at all removed
+    (case / "notes.txt").write_text("mine")
+    done = _cli("conformance", "export", str(suite))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "not written by dml-onnx conformance export" in done.stderr.splitlines()[-1]
+    assert (case / "notes.txt").read_text() == "mine" and (mine / "notes.txt").exists()
+    (case / "notes.txt").unlink()
+    (suite / "probes" / "mine.txt").write_text("mine")
+    done = _cli("conformance", "export", str(suite))
+    assert done.returncode == 1 and "probes" in done.stderr
+    assert (suite / "probes" / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("content", ["link", "fifo", "foreign model", "other producer"])
+def test_a_case_folder_is_the_suites_only_with_its_files_and_model(tmp_path, content):
+    folder = tmp_path / "test_x"
+    (folder / "test_data_set_0").mkdir(parents=True)
+    model = _model()
+    if content == "other producer":
+        model.producer_name = "somebody"
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    assert conformance.written_by_suite(folder) == (content != "other producer")
+    if content == "link":
+        (folder / "test_data_set_0" / "input_0.pb").symlink_to("/dev/zero")
+    elif content == "fifo":
+        os.mkfifo(folder / "test_data_set_0" / "input_0.pb")  # never opened
+    elif content == "foreign model":
+        (folder / "model.onnx").write_bytes(b"\x00not onnx")
+    assert not conformance.written_by_suite(folder)
+
+
+def test_probes_refuse_a_folder_of_someone_elses():
+    assert not probes.names_a_point(Path(__file__))
+
+
+@pytest.mark.parametrize("command", ["lower", "raise"])
+def test_in_place_conversion_is_whole_or_not_at_all(tmp_path, command):
+    path = tmp_path / "model.onnx"
+    onnx.save(_model(), path)
+    path.chmod(0o640)
+    assert _cli(command, str(path), str(path)).returncode == 0
+    assert path.stat().st_mode & 0o777 == 0o640  # the file keeps its permissions
+    onnx.checker.check_model(onnx.load(path))
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]  # no temporary left
+
+
+def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "model.onnx"
+    onnx.save(_model(), path)
+    before = path.read_bytes()
+
+    def broken(source, target):
+        Path(source).write_bytes(b"half")  # a write that fails part-way
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save_model(dml_onnx.lower_model(_model()), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+
+
+def test_save_writes_through_a_link_to_its_target(tmp_path):
+    target, link = tmp_path / "real.onnx", tmp_path / "link.onnx"
+    onnx.save(_model(), target)
+    link.symlink_to(target)
+    save_model(dml_onnx.lower_model(_model()), link)
+    assert link.is_symlink() and onnx.load(target).graph.node[0].domain == ""
