@@ -38,6 +38,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -573,7 +574,8 @@ class InferenceSession:
     def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
                   callback: Callable[[list[Any] | None, Any, str], None], user_data: Any,
                   run_options: ort.RunOptions | None = None) -> None:
-        """:meth:`run` on a new thread, then ``callback(outputs, user_data, "")``, or
+        """:meth:`run` on one of :data:`ASYNC_THREADS` shared worker threads (calls beyond
+        them wait in a queue), then ``callback(outputs, user_data, "")``, or
         ``callback(None, user_data, message)`` when the run fails."""
         def work() -> None:
             try:
@@ -582,7 +584,7 @@ class InferenceSession:
                 callback(None, user_data, str(error))
             else:
                 callback(outputs, user_data, "")
-        threading.Thread(target=work, name="dml_onnx.run_async", daemon=True).start()
+        _async_queue().put(work)
 
     def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
@@ -594,6 +596,38 @@ class InferenceSession:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
+
+
+ASYNC_THREADS = 4
+"""Worker threads of ``run_async``, shared by every session of the process: a run takes the
+cores by itself (its kernels and onnxruntime's use all of them), so more would only queue on
+the interpreter lock, and a thread per call ran out of threads (2,000 calls: 1,345 threads)."""
+_async: tuple[int, queue.SimpleQueue] | None = None  # with the process that started it
+_async_lock = threading.Lock()
+
+
+def _async_queue() -> queue.SimpleQueue:
+    """The queue of ``run_async`` work, served by :data:`ASYNC_THREADS` daemon threads (a
+    forked child starts its own)."""
+    global _async
+    with _async_lock:
+        if _async is None or _async[0] != os.getpid():
+            tasks: queue.SimpleQueue = queue.SimpleQueue()
+
+            def serve() -> None:
+                while True:
+                    task = tasks.get()
+                    try:
+                        task()
+                    except Exception:  # a failing callback stops neither this thread nor others
+                        _logger.exception("dml_onnx.InferenceSession.run_async: the callback "
+                                          "raised")
+
+            for k in range(ASYNC_THREADS):
+                threading.Thread(target=serve, name=f"dml_onnx.run_async.{k}",
+                                 daemon=True).start()
+            _async = os.getpid(), tasks
+        return _async[1]
 
 
 _REGISTERED_KEY = "dml_onnx.extensions_library_registered"

@@ -192,6 +192,31 @@ def test_run_with_ort_values_and_run_async_work_and_io_binding_is_refused():
             getattr(session, method)()
 
 
+def test_run_async_queues_many_calls_on_a_few_threads():
+    """2,000 calls used to start a thread each; now they queue on ASYNC_THREADS shared
+    threads, every callback runs, and one that raises stops no later one."""
+    import dml_onnx.runtime as runtime
+
+    session = dml_onnx.InferenceSession(POOL)
+    (want,) = session.run(None, {"X": X, "rois": ROIS})
+    before = threading.active_count()
+    calls, results, done = 300, [], threading.Semaphore(0)
+
+    def callback(outputs, user_data, error):
+        results.append((user_data, error, outputs and np.array_equal(outputs[0], want)))
+        done.release()
+        if user_data == 0:
+            raise RuntimeError("a callback that fails")
+    for k in range(calls):
+        session.run_async(None, {"X": X, "rois": ROIS}, callback, k)
+    assert threading.active_count() <= before + runtime.ASYNC_THREADS
+    for _ in range(calls):
+        assert done.acquire(timeout=60)
+    assert sorted(r[0] for r in results) == list(range(calls))
+    assert all(error == "" and same for _, error, same in results)
+    assert threading.active_count() <= before + runtime.ASYNC_THREADS
+
+
 # ------------------------------------------------------------------ extreme valid attributes
 @pytest.mark.parametrize("op, attributes, shape", [
     ("unfold", {"window_sizes": [1, 1], "strides": [INT64_MAX, 1]}, [1, 2, 4, 4]),
