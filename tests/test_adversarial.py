@@ -426,3 +426,35 @@ def test_the_work_limit_is_set_like_the_memory_limit():
     for bad in (-1, 1.5, True, "10"):
         with pytest.raises(ValueError, match="work limit"):
             dml_onnx.set_work_limit(bad)
+
+
+@pytest.mark.parametrize("reference", ["roi_align1", "roi_align_grad", "lp_pooling"])
+def test_the_references_refuse_work_above_the_limit_before_their_loops(reference):
+    """The plain references (ReferenceEvaluator, conformance run --runtime reference) apply
+    the kernels' work limit before they start: a call the kernel refuses never loops for
+    hours in the reference."""
+    from dml_onnx.reference_ops import lp_pooling, roi_align1, roi_align_grad
+
+    image = np.zeros((1, 2, 8, 8), np.float32)
+    boxes, batch = np.array([[0, 0, 7, 7]], np.float32), np.zeros(1, np.int64)
+    sampling = dict(reduction_function="average", interpolation_mode="linear",
+                    spatial_scale_x=1.0, spatial_scale_y=1.0, input_pixel_offset=0.5,
+                    output_pixel_offset=-0.5, minimum_samples_per_output=64,
+                    maximum_samples_per_output=64, align_regions_to_corners=0)
+    calls = {
+        "roi_align1": lambda: roi_align1.roi_align1(
+            image, boxes, batch, output_size=[2, 2], out_of_bounds_input_value=0.0,
+            **sampling),
+        "roi_align_grad": lambda: roi_align_grad.roi_align_grad(
+            image, np.ones((1, 2, 2, 2), np.float32), boxes, batch, input_shape=None,
+            compute_dx=True, compute_drois=True, **sampling),
+        "lp_pooling": lambda: lp_pooling.lp_pooling(
+            np.zeros((1, 2, 64, 64), np.float32), window_size=[8, 8], strides=[1, 1],
+            start_padding=[0, 0], end_padding=[0, 0], dilations=[1, 1], p=2)}
+    previous = dml_onnx.set_work_limit(10_000)  # 2 x (2 x 64)^2 samples, 2 x 57^2 x 64 taps
+    try:
+        with pytest.raises(dml_onnx.KernelError, match="above the work limit of 10000"):
+            calls[reference]()
+    finally:
+        dml_onnx.set_work_limit(previous)
+    calls[reference]()  # the default limit: it runs

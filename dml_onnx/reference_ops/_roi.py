@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from custom_ops._common import check_work
 from custom_ops._roi_grid import Sampling, scaled_region_overflow
 
 ComputeType = type[np.float32] | type[np.float64]
@@ -86,13 +87,36 @@ def region_grid(box: Sequence[float], output_size: Sequence[int], image_size: Se
     return Grid(n_y, n_x, rows, columns)
 
 
-def _axis(first: float, last: float, scale: float, outputs: int, length: int,
-          sampling: Sampling, ct: ComputeType) -> tuple[int, list[AxisSample]]:
-    """``n`` and the ``outputs * n`` samples along one axis, in ``ct``."""
+def sample_reads(op: str, node: str, boxes: np.ndarray, output_size: Sequence[int],
+                 channels: int, sampling: Sampling, ct: ComputeType) -> None:
+    """Raise the kernels' error when the samples of every region ``[x1, y1, x2, y2]`` (checked
+    by :func:`check_scaled`) times ``channels`` are above the work limit: checked before any
+    sample is made, so that a call the kernel refuses never starts its loops."""
+    total = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for x1, y1, x2, y2 in boxes.tolist():
+            total += math.prod(
+                outputs * _extent(first, last, scale, outputs, sampling, ct)[2]
+                for first, last, scale, outputs in (
+                    (y1, y2, sampling.scale_y, output_size[0]),
+                    (x1, x2, sampling.scale_x, output_size[1])))
+    check_work(op, node, "sample reads", total * channels)
+
+
+def _extent(first: float, last: float, scale: float, outputs: int, sampling: Sampling,
+            ct: ComputeType) -> tuple[np.floating, np.floating, int]:
+    """``(start, size, n)`` of one axis of a region, in ``ct``."""
     start = ct(first) * ct(scale)
     size = ct(float(Fraction(float(ct(last))) * Fraction(float(ct(scale)))
                     - Fraction(float(start))))  # rounded once, as a fused multiply-add
     n = min(max(math.ceil(abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
+    return start, size, n
+
+
+def _axis(first: float, last: float, scale: float, outputs: int, length: int,
+          sampling: Sampling, ct: ComputeType) -> tuple[int, list[AxisSample]]:
+    """``n`` and the ``outputs * n`` samples along one axis, in ``ct``."""
+    start, size, n = _extent(first, last, scale, outputs, sampling, ct)
     total = outputs * n
     samples = []
     for s in range(total):

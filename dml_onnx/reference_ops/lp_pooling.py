@@ -18,7 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import check_float_input, check_rank, sliding_block_counts
+from custom_ops._common import (
+    check_float_input,
+    check_rank,
+    check_work,
+    sliding_block_counts,
+)
 from custom_ops.lp_pooling import OP
 from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 
@@ -34,6 +39,8 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
     spatial = X.shape[2:]
     sliding_block_counts(OP, node, spatial, *window)  # raises for an output size below 1
     Y = np.empty((*X.shape[:2], *block_counts(window, spatial)), X.dtype)
+    # as the kernel, never start loops beyond the work limit (window taps read)
+    check_work(OP, node, "window tap reads", Y.size * math.prod(window.sizes))
     for n, c, *o in grid(Y.shape):
         magnitudes = []
         for tap in grid(window.sizes):

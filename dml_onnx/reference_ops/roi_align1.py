@@ -24,7 +24,13 @@ import numpy as np
 from custom_ops._common import check_float_input, check_rank
 from custom_ops._roi_grid import check_image_shape, check_regions, check_sampling
 from custom_ops.roi_align1 import OP
-from dml_onnx.reference_ops._roi import check_scaled, compute_type, read, region_grid
+from dml_onnx.reference_ops._roi import (
+    check_scaled,
+    compute_type,
+    read,
+    region_grid,
+    sample_reads,
+)
 
 
 def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
@@ -54,6 +60,7 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
         return Y.astype(X.dtype)
     ct = compute_type(X.dtype)
     check_scaled(OP, node, boxes, sampling, ct)
+    sample_reads(OP, node, boxes, (oh, ow), channels, sampling, ct)
     planes = X.tolist()  # Python floats
     out_of_bounds = float(out_of_bounds_input_value)
     start = float(np.finfo(X.dtype).min)  # lowest(T)

@@ -57,6 +57,7 @@ from dml_onnx.reference_ops._roi import (
     compute_type,
     read,
     region_grid,
+    sample_reads,
 )
 
 
@@ -92,6 +93,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
         if len(batch) and shape[1] and (compute_dx or want_drois):
             ct = compute_type(dY.dtype)
             check_scaled(OP, node, boxes, sampling, ct)
+            sample_reads(OP, node, boxes, dY.shape[2:], shape[1], sampling, ct)
             planes = None if X is None else X.tolist()  # Python floats
             lowest = float(np.finfo(dY.dtype).min)
             for r, (box, b) in enumerate(zip(boxes.tolist(), batch.tolist())):
