@@ -36,7 +36,7 @@ from dml_onnx import probes
 from dml_onnx.builders import STANDARD_OPSET, make_model
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
 from dml_onnx.form import DIRECTML_VERSIONS, op_version
-from dml_onnx.graphs import load_model
+from dml_onnx.graphs import load_model, read_regular
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.standard import lower_model, with_functions
@@ -110,12 +110,21 @@ class Tolerance:
 
     @classmethod
     def read(cls, folder: Path) -> Tolerance:
+        """The tolerance of ``folder/config.txt`` (none: exact); ``ValueError`` naming the
+        file for one that is not a small regular file of the two ``name: value`` lines."""
         path = folder / "config.txt"
-        if not path.exists():
+        if not (path.exists() or path.is_symlink()):
             return cls()
-        values = dict(line.split(":", 1) for line in path.read_text().splitlines() if line)
-        return cls(float(values["per_sample_tolerance"]),
-                   float(values["relative_per_sample_tolerance"]))
+        try:
+            lines = read_regular(path, CONFIG_BYTES).decode().splitlines()
+            values = dict(line.split(":", 1) for line in lines if line.strip())
+            return cls(float(values["per_sample_tolerance"]),
+                       float(values["relative_per_sample_tolerance"]))
+        except (UnicodeDecodeError, KeyError) as error:
+            raise ValueError(f"{path} is not a tolerance file ({error!r})") from None
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}" if str(path) not in str(error)
+                             else str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,12 @@ def export_suite(directory: str | Path) -> list[Path]:
     return written
 
 
+TENSOR_BYTES = 1 << 31
+"""The largest ``.pb`` a case may hold (protobuf's own limit)."""
+CONFIG_BYTES = 1 << 16
+"""The largest ``config.txt`` (or ``probe.json``) read."""
+
+
 SUITE_FILE = re.compile(r"model\.onnx|config\.txt|probe\.json|"
                         r"test_data_set_0/(input|output)_\d+\.pb|readings/\w+/output_0\.pb")
 """The paths, relative to a case folder, of everything the suite writes there."""
@@ -260,7 +275,7 @@ def load_case(folder: str | Path) -> Case:
         tensors = []
         for path in sorted(data.glob(f"{prefix}_*.pb"), key=lambda p: p.stem.split("_")[1]):
             try:
-                tensors.append(onnx.load_tensor(path))
+                tensors.append(onnx.load_tensor_from_string(read_regular(path, TENSOR_BYTES)))
             except DecodeError as error:
                 raise ValueError(f"{path} is not an ONNX tensor ({error})") from None
         return {t.name: numpy_helper.to_array(t) for t in tensors}

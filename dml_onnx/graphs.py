@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -55,6 +56,20 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     if path is None:
         return parse_model(bytes(model), what, None)
     return _checked(what, lambda: onnx.load(what))
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (through links); ``ValueError`` naming it
+    for anything else (a FIFO, a device or ``/dev/zero`` behind a link is opened without
+    blocking and never read) and for a file over ``limit`` bytes."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if status.st_size > limit:
+            raise ValueError(f"{path} is {status.st_size} bytes, above the {limit} read here")
+        return file.read(limit + 1)[:limit]
 
 
 def model_source(model: str | os.PathLike | bytes) -> tuple[str, Path | None]:

@@ -33,7 +33,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from dml_onnx.builders import IR_VERSION
-from dml_onnx.graphs import load_model
+from dml_onnx.graphs import load_model, read_regular
 
 SPEC = "spec"
 NO_READING = "none of the known readings"
@@ -439,13 +439,15 @@ POINTS: tuple[Point, ...] = (
 
 
 # ------------------------------------------------------------------------------ files
+PROBE_FILE_BYTES = 1 << 16
+"""The largest ``probe.json`` read."""
+
+
 def names_a_point(path: Path) -> bool:
     """Whether ``path`` is a ``probe.json`` as :func:`export_probes` writes it (a small file
     naming one of :data:`POINTS`)."""
-    if path.stat().st_size > 1 << 16:
-        return False
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, PROBE_FILE_BYTES))
     except (ValueError, OSError):
         return False
     return isinstance(data, dict) and data.get("point") in {p.name for p in POINTS}
@@ -522,7 +524,14 @@ def run_probes(directory: str | Path, provider: str = "CPUExecutionProvider") ->
     """Run every probe case under ``directory`` on ``provider``; one finding per point."""
     by_point: dict[str, list[dict[str, float] | str]] = {p.name: [] for p in POINTS}
     for folder in sorted(Path(directory).glob("test_probe_*")):
-        point = json.loads((folder / "probe.json").read_text())["point"]
+        try:
+            point = json.loads(read_regular(folder / "probe.json", PROBE_FILE_BYTES))["point"]
+            if not isinstance(point, str):
+                raise ValueError(f"its point {point!r} is not a name")
+        except (OSError, ValueError, KeyError, TypeError) as error:  # that probe alone fails
+            by_point.setdefault(folder.name, []).append(
+                f"{folder / 'probe.json'} is not a probe description ({error!r})")
+            continue
         by_point.setdefault(point, []).append(_probe(folder, provider))
     return [_finding(point, provider, outcomes) for point, outcomes in by_point.items()
             if outcomes]
@@ -537,16 +546,21 @@ def _probe(folder: Path, provider: str) -> dict[str, float] | str:
         model = load_model(folder / "model.onnx")
         feeds = {}
         for path in sorted((folder / "test_data_set_0").glob("input_*.pb")):
-            tensor = onnx.load_tensor(path)
+            tensor = _tensor(path)
             feeds[tensor.name] = numpy_helper.to_array(tensor)
+        wanted = {reading.name: numpy_helper.to_array(_tensor(reading / "output_0.pb"))
+                  for reading in sorted((folder / "readings").iterdir())}
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=[provider])
         (got,) = session.run(None, feeds)
     except Exception as error:  # noqa: BLE001 - a provider that fails is measured too
         return f"{type(error).__name__}: {error}"
-    return {reading.name: difference(got, numpy_helper.to_array(
-        onnx.load_tensor(reading / "output_0.pb")))
-        for reading in sorted((folder / "readings").iterdir())}
+    return {name: difference(got, want) for name, want in wanted.items()}
+
+
+def _tensor(path: Path) -> onnx.TensorProto:
+    """The tensor of a probe's ``.pb`` file (a regular file, never a FIFO or a device)."""
+    return onnx.load_tensor_from_string(read_regular(path, 1 << 31))
 
 
 def difference(got: np.ndarray, want: np.ndarray) -> float:

@@ -111,3 +111,61 @@ def test_save_writes_through_a_link_to_its_target(tmp_path):
     link.symlink_to(target)
     save_model(dml_onnx.lower_model(_model()), link)
     assert link.is_symlink() and onnx.load(target).graph.node[0].domain == ""
+
+
+# ------------------------------------------------------------------ hostile case folders
+def _two_cases(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import shutil
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    names = sorted(p.name for p in (ROOT / "models").glob("test_lp_pooling_*")
+                   if (p / "config.txt").exists())[:2]
+    for name in names:
+        shutil.copytree(ROOT / "models" / name, suite / name)
+    return suite, suite / names[0], suite / names[1]
+
+
+@pytest.mark.parametrize("damage", ["fifo input", "input linked to /dev/zero",
+                                    "malformed config", "config linked to a fifo"])
+def test_a_hostile_case_fails_alone_in_one_line_and_never_hangs(tmp_path, damage):
+    suite, bad, good = _two_cases(tmp_path)
+    pb, config = bad / "test_data_set_0" / "input_0.pb", bad / "config.txt"
+    if damage == "fifo input":
+        pb.unlink()
+        os.mkfifo(pb)
+    elif damage == "input linked to /dev/zero":
+        pb.unlink()
+        pb.symlink_to("/dev/zero")
+    elif damage == "malformed config":
+        config.write_text("per_sample_tolerance 1e-3\n")
+    else:
+        config.unlink()
+        os.mkfifo(tmp_path / "fifo")
+        config.symlink_to(tmp_path / "fifo")
+    done = _cli("conformance", "run", str(suite), "--quiet")
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+    failed = [line for line in done.stdout.splitlines() if line.startswith(bad.name)]
+    assert len(failed) == 1 and ("input_0.pb" in failed[0] or "config.txt" in failed[0])
+    assert "1 passed, 1 failed" in done.stdout
+
+
+@pytest.mark.parametrize("damage", ["fifo", "malformed"])
+def test_a_hostile_probe_description_fails_alone(tmp_path, damage):
+    import shutil
+
+    folders = sorted((ROOT / "models" / "probes").glob("test_probe_lp_pool_*"))[:1] + sorted(
+        (ROOT / "models" / "probes").glob("test_probe_col2im_*"))[:1]
+    for folder in folders:
+        shutil.copytree(folder, tmp_path / folder.name)
+    described = tmp_path / folders[1].name / "probe.json"
+    described.unlink()
+    if damage == "fifo":
+        os.mkfifo(described)
+    else:
+        described.write_text("[1, 2")
+    findings = probes.run_probes(tmp_path)
+    by_point = {f.point: f for f in findings}
+    assert by_point["lp_pool_odd_p"].reading == probes.SPEC
+    assert by_point[folders[1].name].reading == probes.ERROR
+    assert "probe.json" in by_point[folders[1].name].message
