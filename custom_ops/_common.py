@@ -26,8 +26,9 @@ import numpy as np
 UINT32_MAX = 4294967295
 
 
-class KernelError(ValueError):
-    """Invalid input or attribute of one node.
+class KernelError(ValueError, RuntimeError):
+    """Invalid input or attribute of one node: a ``ValueError``, and a ``RuntimeError`` as
+    torch's and torchvision's kernels raise for bad inputs.
 
     ``str(error)`` reads ``"RoiPooling 'pool1': rois[3] batch index 7 is outside [0, 2)"``;
     the parts are kept as attributes for programs.

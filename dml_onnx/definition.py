@@ -6,8 +6,10 @@ defaults and docs) of one operator, points at its numpy kernel and attribute che
 shape inference), the node builder, the onnxruntime binding, the reference-evaluator op and the
 README's operator reference.
 
-Shapes inside this package are lists of dims, each an ``int`` (known), a ``str`` (symbolic) or
-``None`` (unknown); a whole shape is ``None`` when even the rank is unknown.
+Shapes inside this package are lists of dims, each an ``int`` (known), a ``str`` (onnx's
+symbolic ``dim_param``) or ``None`` (unknown); a whole shape is ``None`` when even the rank is
+unknown. The shape functions also take torch's symbolic sizes (``SymInt``, from
+``dml_onnx.torch``'s fake implementations) and compute with them, checking only plain ints.
 """
 
 from __future__ import annotations
@@ -520,7 +522,8 @@ def _type_proto(elem_type: int, shape: Shape) -> TypeProto:
 
 # --------------------------------------------------------------------- shape helpers
 def known(dim: Dim) -> bool:
-    return isinstance(dim, int)
+    """A dim with a value: an int, or a symbolic size one can compute with (torch's SymInt)."""
+    return dim is not None and not isinstance(dim, str)
 
 
 def product(dims: Sequence[Dim]) -> Dim:

@@ -448,3 +448,138 @@ def test_raise_recognises_the_unfolds_torch_exporters_decompose(dynamo):
         result.model.graph.input[0].name: image.numpy()})
     for g, w in zip(got, _TorchUnfolds()(image), strict=True):
         np.testing.assert_array_equal(g, w.numpy())
+
+
+# ------------------------------------------------------------------------------ opcheck, dynamic
+def _samples() -> dict[str, list[tuple[tuple, dict]]]:
+    """Several inputs per operator (float64; X padded, strided, dilated, both reductions)."""
+    image, rois, batch = _random(2, 3, 9, 9), _boxes(4, 9), torch.tensor([0, 1, 0, 1])
+    window = {"strides": [2, 1], "dilations": [1, 2], "start_padding": [1, 0],
+              "end_padding": [0, 1]}
+    return {
+        "LpPooling": [((image,), {"window_size": [3, 3]}),
+                      ((_random(1, 2, 7, 8),), {"window_size": [2, 3], **window, "p": 3})],
+        "Unfold": [((image,), {"window_sizes": [3, 3]}),
+                   ((_random(1, 2, 7, 8),), {"window_sizes": [2, 3], **window})],
+        "Fold": [((_random(2, 27, 49),), {"window_sizes": [3, 3], "output_size": [9, 9]}),
+                 ((_random(1, 12, 20),), {"window_sizes": [2, 3], "output_size": [7, 8],
+                                          **window})],
+        "RoiAlign1": [((image, rois, batch), {"output_size": [3, 3]}),
+                      ((image, rois, batch), {"output_size": [2, 3], "reduction_function": "max",
+                                              "interpolation_mode": "nearest_neighbor"})],
+        "RoiAlignGrad": [((image, _random(4, 3, 3, 3), rois, batch), {}),
+                         ((image, _random(4, 3, 2, 2), rois, batch),
+                          {"minimum_samples_per_output": 2, "maximum_samples_per_output": 2,
+                           "align_regions_to_corners": 1})],
+        "RoiPooling": [((image, torch.cat([batch[:, None].double(), rois * 2], 1)),
+                        {"pooled_size": [3, 3]}),
+                       ((image, torch.cat([batch[:, None].double(), rois], 1)),
+                        {"pooled_size": [2, 1], "spatial_scale": 0.5})],
+    }
+
+
+OPCHECK = [pytest.param(name, tensors, attributes, id=f"{name}-{k}")
+           for name, samples in _samples().items()
+           for k, (tensors, attributes) in enumerate(samples)]
+
+
+@pytest.mark.parametrize(("name", "tensors", "attributes"), OPCHECK)
+def test_opcheck_passes_every_default_check(name, tensors, attributes):
+    """Schema, autograd registration, fake tensors and AOT dispatch with dynamic shapes."""
+    from dml_onnx.torch._ops import arguments
+    given = [t.clone().requires_grad_() if t.is_floating_point() else t for t in tensors]
+    results = torch.library.opcheck(OPS[name], arguments(name, given, attributes))
+    assert set(results.values()) == {"SUCCESS"}, results
+
+
+class _Windows(torch.nn.Module):
+    def forward(self, x: torch.Tensor, blocks: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pooled = dt.lp_pooling(x, [3, 3], start_padding=[1, 1], end_padding=[1, 1], p=2)
+        return dt.unfold(pooled, [2, 2], strides=[2, 1]), dt.fold(blocks, [3, 3], [6, 6])
+
+
+def test_every_operator_takes_symbolic_sizes_in_compile_and_export():
+    """A model compiled with dynamic shapes, or exported with dynamic spatial dims, runs on
+    other image sizes than its example (the fake implementations compute symbolically)."""
+    compiled = torch.compile(_Windows(), dynamic=True, fullgraph=True, backend="aot_eager")
+    height, width = torch.export.Dim("height", min=6, max=64), \
+        torch.export.Dim("width", min=6, max=64)
+    batch = torch.export.Dim("batch", min=2, max=8)
+    exported = torch.export.export(
+        _Windows(), (_random(1, 2, 9, 10), _random(2, 18, 16)),
+        dynamic_shapes={"x": {2: height, 3: width}, "blocks": {0: batch}}).module()
+    for size, count in [((9, 10), 2), ((7, 12), 3), ((16, 6), 5)]:
+        x, blocks = _random(1, 2, *size), _random(count, 18, 16)
+        want = _Windows()(x, blocks)
+        torch.testing.assert_close(compiled(x, blocks), want)
+        torch.testing.assert_close(exported(x, blocks), want)
+    image, rois, batch = _random(2, 3, 9, 9), _boxes(4, 9), torch.tensor([0, 1, 0, 1])
+    aligned = torch.compile(lambda x, r, b: dt.roi_align1(x, r, b, [2, 2]), dynamic=True,
+                            fullgraph=True, backend="aot_eager")
+    for count, size in [(4, 9), (3, 11)]:
+        x = _random(2, 3, size, size + 1)
+        torch.testing.assert_close(aligned(x, rois[:count], batch[:count]),
+                                   dt.roi_align1(x, rois[:count], batch[:count], [2, 2]))
+    del image
+
+
+class _TorchWindows(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.LPPool2d(2, 3, stride=1)
+
+    def forward(self, x: torch.Tensor, blocks: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.pool(x), functional.unfold(x, 3, padding=1),
+                functional.fold(blocks, (6, 6), 3, padding=1))
+
+
+def test_export_with_dynamo_and_dynamic_spatial_dims_writes_dml_onnx_nodes():
+    import dml_onnx
+    height, width = torch.export.Dim("height", min=4, max=64), \
+        torch.export.Dim("width", min=4, max=64)
+    blocks = torch.randn(1, 18, 36, generator=GENERATOR)
+    model = dt.export(_TorchWindows(), (torch.randn(1, 2, 6, 6, generator=GENERATOR), blocks),
+                      dynamo=True, dynamic_shapes={"x": {2: height, 3: width}, "blocks": None})
+    assert sorted(n.op_type for n in model.graph.node if n.domain == "dml_onnx") == \
+        ["Fold", "LpPooling", "Unfold"]
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == [1, 2, "height", "width"]
+    session = dml_onnx.InferenceSession(model)
+    for size in [(6, 6), (9, 5)]:
+        x = torch.randn(1, 2, *size, generator=GENERATOR)
+        got = session.run(None, {model.graph.input[0].name: x.numpy(),
+                                 model.graph.input[1].name: blocks.numpy()})
+        for g, w in zip(got, _TorchWindows()(x, blocks), strict=True):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_grad_needs_x_in_torch():
+    """The torch op returns both outputs, and drois reads X: the schema says X is required,
+    and None gets the operator's error naming X."""
+    from dml_onnx.torch._ops import arguments
+    schema = str(torch.ops.dml_onnx.RoiAlignGrad.default._schema)
+    assert "Tensor X," in schema and "Tensor? X" not in schema
+    with pytest.raises(ValueError, match="RoiAlignGrad .*: X None is required"):
+        OPS["RoiAlignGrad"](*arguments("RoiAlignGrad", [
+            None, _random(1, 1, 2, 2), _boxes(1, 4), torch.tensor([0])],
+            {"input_shape": [1, 1, 4, 4]}))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_roi_align_grad_is_differentiable_in_dy_and_the_corners(exact):
+    """dX is linear in dY with RoiAlign1 as its derivative, and its derivative in the corners
+    is the exact ROI gradient with the direction as the image: checked by finite
+    differences; max has no second derivative and says so."""
+    from dml_onnx.torch._ops import _EXACT_ROI_GRADIENT, arguments
+    op = _EXACT_ROI_GRADIENT if exact else OPS["RoiAlignGrad"]
+    image, batch = _random(2, 3, 7, 8), torch.tensor([0, 1, 1])
+    dY, rois = _random(3, 3, 2, 2).requires_grad_(), _boxes(3, 8).requires_grad_()
+
+    def dX(attributes: dict, dY: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return op(*arguments("RoiAlignGrad", (image, dY, rois, batch), attributes))[0]
+
+    for attributes in ({}, {"minimum_samples_per_output": 2, "maximum_samples_per_output": 2},
+                       {"interpolation_mode": "nearest_neighbor", "align_regions_to_corners": 1}):
+        assert gradcheck(lambda d, r, a=attributes: dX(a, d, r), (dY, rois))
+    with pytest.raises(NotImplementedError, match="max"):
+        dX({"reduction_function": "max"}, dY, rois).sum().backward()

@@ -10,7 +10,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from custom_ops._common import filled, sliding_block_counts
-from dml_onnx.definition import Attribute, Dim, Shape
+from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
 
 WINDOW_ATTRIBUTES = (
@@ -56,13 +56,18 @@ class Window(NamedTuple):
 
 def block_counts(op: str, node: str, spatial: Sequence[Dim], window: Sequence[int],
                  attributes: dict[str, Any], *, what: str = "output size") -> list[Dim]:
-    """``B_d`` per spatial axis (``None`` where the input size is not known)."""
+    """``B_d`` per spatial axis: checked for an int size, computed unchecked for a symbolic
+    size (torch's SymInt: the kernel checks the value), ``None`` where the size is unknown."""
     geometry = Window.of(window, attributes)
     counts: list[Dim] = []
     for axis, size in enumerate(spatial):
         if isinstance(size, int):
             counts.extend(sliding_block_counts(op, node, [size], *([v[axis]] for v in geometry),
                                                what=what, first_axis=axis))
+        elif known(size):
+            g = geometry
+            counts.append((size + g.start[axis] + g.end[axis] - g.spans[axis] - 1)
+                          // g.strides[axis] + 1)
         else:
             counts.append(None)
     return counts

@@ -19,6 +19,7 @@ from dml_onnx.definition import (
     OpDefinition,
     Parameter,
     Shape,
+    known,
     product,
 )
 from dml_onnx.form import StandardNode
@@ -49,12 +50,10 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
         raise ValueError(f"{op} '{node}': X dim 2 {length} is not the block count {count} of "
                          f"output_size {list(output_size)}")
     taps = product(window)
-    channels = None
-    if isinstance(rows, int):
-        if rows % taps:
-            raise ValueError(f"{op} '{node}': X dim 1 {rows} is not a multiple of "
-                             f"prod(window_sizes) {taps}")
-        channels = rows // taps
+    if isinstance(rows, int) and rows % taps:
+        raise ValueError(f"{op} '{node}': X dim 1 {rows} is not a multiple of "
+                         f"prod(window_sizes) {taps}")
+    channels = rows // taps if known(rows) else None
     return [[n, channels, *output_size]]
 
 

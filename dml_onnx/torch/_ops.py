@@ -26,8 +26,24 @@ from dml_onnx.ops import OPERATORS_BY_NAME
 _SCHEMA_TYPES = {"int": "int", "float": "float", "string": "str", "ints": "int[]"}
 
 
+def _optional_in_torch(definition: OpDefinition, index: int) -> bool:
+    """Whether input ``index`` may be ``None``: the torch op returns every output, so an
+    optional input that some output needs (RoiAlignGrad's X, for drois) is required."""
+    if not definition.inputs[index].optional:
+        return False
+    try:
+        definition.check_signature(
+            node=_node(definition), outputs=[True] * len(definition.outputs),
+            inputs=[i != index for i in range(len(definition.inputs))],
+            attributes={a.name: a.kernel_default for a in definition.attributes})
+    except ValueError:
+        return False
+    return True
+
+
 def _schema(definition: OpDefinition) -> str:
-    arguments = [f"Tensor{'?' if p.optional else ''} {p.name}" for p in definition.inputs]
+    arguments = [f"Tensor{'?' if _optional_in_torch(definition, i) else ''} {p.name}"
+                 for i, p in enumerate(definition.inputs)]
     arguments += [f"{_SCHEMA_TYPES[a.type]} {a.name}" for a in definition.attributes]
     outputs = ", ".join("Tensor" for _ in definition.outputs)
     if len(definition.outputs) > 1:
@@ -84,8 +100,10 @@ _EXACT_ROI_GRADIENT = _register(dataclasses.replace(
 ``drois`` (DirectML's ``drois`` is not one), what ``roi_align1``'s autograd uses."""
 
 
-def _call(name: str, tensors: Sequence[Tensor | None], attributes: dict[str, Any]) -> Any:
-    """Run operator ``name`` with the specification's defaults for the attributes not given."""
+def arguments(name: str, tensors: Sequence[Tensor | None],
+              attributes: dict[str, Any]) -> list[Any]:
+    """The positional arguments of ``torch.ops.dml_onnx.<name>``: the tensors, then every
+    attribute, the specification's default where one is not given."""
     definition = OPERATORS_BY_NAME[name]
     unknown = set(attributes) - set(definition.attribute_names)
     if unknown:
@@ -100,7 +118,12 @@ def _call(name: str, tensors: Sequence[Tensor | None], attributes: dict[str, Any
             raise TypeError(f"{name}: attribute {attribute.name!r} is required")
         else:
             values.append(attribute.kernel_default)
-    return OPS[name](*tensors, *values)
+    return [*tensors, *values]
+
+
+def _call(name: str, tensors: Sequence[Tensor | None], attributes: dict[str, Any]) -> Any:
+    """Run operator ``name`` with the specification's defaults for the attributes not given."""
+    return OPS[name](*arguments(name, tensors, attributes))
 
 
 # ------------------------------------------------------------------------------ gradients
@@ -113,14 +136,51 @@ def _no_grad_for_attributes(definition: OpDefinition, *grads: Tensor | None) -> 
     return (*grads, *(None for _ in definition.attributes))
 
 
+def _shared(attributes: dict[str, Any], name: str) -> dict[str, Any]:
+    """The attributes of one ROI operator that operator ``name`` has too."""
+    return {k: v for k, v in attributes.items() if k in OPERATORS_BY_NAME[name].attribute_names}
+
+
+def _exact_roi_gradient(X: Tensor, dY: Tensor, rois: Tensor, batch_indices: Tensor,
+                        attributes: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """RoiAlignGrad's dX and the exact derivative in the ROI corners."""
+    values = arguments("RoiAlignGrad", (), {**_shared(attributes, "RoiAlignGrad"),
+                                            "input_shape": list(X.shape)})
+    return _EXACT_ROI_GRADIENT(X, dY.contiguous(), rois, batch_indices, *values)
+
+
 def _roi_align1_backward(ctx: Any, dY: Tensor) -> tuple:
     X, rois, batch_indices, _ = ctx.saved_tensors
-    grad = OPERATORS_BY_NAME["RoiAlignGrad"]
-    attributes = {**{k: v for k, v in ctx.attributes.items() if k in grad.attribute_names},
-                  "input_shape": list(X.shape)}
-    values = [attributes.get(a.name, a.kernel_default) for a in grad.attributes]
-    dX, drois = _EXACT_ROI_GRADIENT(X, dY.contiguous(), rois, batch_indices, *values)
+    dX, drois = _exact_roi_gradient(X, dY, rois, batch_indices, ctx.attributes)
     return _no_grad_for_attributes(OPERATORS_BY_NAME["RoiAlign1"], dX, drois, None)
+
+
+def _roi_align_grad_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]
+                          ) -> None:
+    tensors, ctx.attributes = _split(OPERATORS_BY_NAME["RoiAlignGrad"], inputs)
+    ctx.save_for_backward(*tensors[1:])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _roi_align_grad_backward(ctx: Any, grad_dX: Tensor, _: Tensor) -> tuple:
+    """Double backward. ``dX = A(rois)^T dY``, where ``Y = A(rois) X`` is RoiAlign1 with the
+    same attributes (average; out-of-bounds value 0), so in the direction ``v = grad_dX``:
+    ``dY`` gets ``A v`` (RoiAlign1 of v), the ROI corners the exact ROI gradient of that
+    RoiAlign1 (RoiAlignGrad's drois with v as the image), and X nothing (dX does not depend
+    on X; with max it is piecewise constant in X, and the other two are not implemented).
+    ``drois`` is not differentiable (DirectML's is not a derivative; the exact one would need
+    the forward's derivative in the corners)."""
+    dY, rois, batch_indices = ctx.saved_tensors
+    a = ctx.attributes
+    wanted = ctx.needs_input_grad[1:3]
+    if a["reduction_function"] == "max" and any(wanted):
+        raise NotImplementedError("RoiAlignGrad: no second derivative in dY or rois for "
+                                  "reduction_function 'max'")
+    v = grad_dX.contiguous()
+    d_dY = _call("RoiAlign1", (v, rois, batch_indices), {
+        **_shared(a, "RoiAlign1"), "output_size": list(dY.shape[2:])}) if wanted[0] else None
+    d_rois = _exact_roi_gradient(v, dY, rois, batch_indices, a)[1] if wanted[1] else None
+    return _no_grad_for_attributes(OPERATORS_BY_NAME["RoiAlignGrad"], None, d_dY, d_rois, None)
 
 
 _WINDOW = ("strides", "dilations", "start_padding", "end_padding")
@@ -192,6 +252,8 @@ for _name, _backward in _BACKWARD.items():
     OPS[_name].register_autograd(
         _backward, setup_context=lambda ctx, inputs, output, d=OPERATORS_BY_NAME[_name]:
         _keep(ctx, inputs, output, d))
+for _op in (OPS["RoiAlignGrad"], _EXACT_ROI_GRADIENT):
+    _op.register_autograd(_roi_align_grad_backward, setup_context=_roi_align_grad_setup)
 
 
 # ------------------------------------------------------------------------------ public faces
