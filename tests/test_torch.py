@@ -17,7 +17,7 @@ from torchvision.ops import roi_align, roi_pool
 
 import dml_onnx.torch as dt
 from dml_onnx.ops import OPERATORS
-from dml_onnx.torch._ops import OPS
+from dml_onnx.torch._ops import _EXACT_ROI_GRADIENT, OPS, arguments
 from tests.native import unraised_roi_aligns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -486,7 +486,6 @@ OPCHECK = [pytest.param(name, tensors, attributes, id=f"{name}-{k}")
 @pytest.mark.parametrize(("name", "tensors", "attributes"), OPCHECK)
 def test_opcheck_passes_every_default_check(name, tensors, attributes):
     """Schema, autograd registration, fake tensors and AOT dispatch with dynamic shapes."""
-    from dml_onnx.torch._ops import arguments
     given = [t.clone().requires_grad_() if t.is_floating_point() else t for t in tensors]
     results = torch.library.opcheck(OPS[name], arguments(name, given, attributes))
     assert set(results.values()) == {"SUCCESS"}, results
@@ -513,14 +512,28 @@ def test_every_operator_takes_symbolic_sizes_in_compile_and_export():
         want = _Windows()(x, blocks)
         torch.testing.assert_close(compiled(x, blocks), want)
         torch.testing.assert_close(exported(x, blocks), want)
-    image, rois, batch = _random(2, 3, 9, 9), _boxes(4, 9), torch.tensor([0, 1, 0, 1])
-    aligned = torch.compile(lambda x, r, b: dt.roi_align1(x, r, b, [2, 2]), dynamic=True,
-                            fullgraph=True, backend="aot_eager")
-    for count, size in [(4, 9), (3, 11)]:
-        x = _random(2, 3, size, size + 1)
-        torch.testing.assert_close(aligned(x, rois[:count], batch[:count]),
-                                   dt.roi_align1(x, rois[:count], batch[:count], [2, 2]))
-    del image
+    compiled = torch.compile(_Regions(), dynamic=True, fullgraph=True, backend="aot_eager")
+    regions = torch.export.Dim("regions", min=2, max=64)
+    exported = torch.export.export(
+        _Regions(), (_random(2, 3, 9, 10), _boxes(4, 9), torch.tensor([0, 1, 0, 1])),
+        dynamic_shapes={"x": {2: height, 3: width}, "rois": {0: regions},
+                        "batch": {0: regions}}).module()
+    for count, size in [(4, (9, 10)), (3, (11, 7)), (6, (8, 16))]:
+        inputs = (_random(2, 3, *size), _boxes(count, 9), torch.tensor([0, 1] * 3)[:count])
+        want = _Regions()(*inputs)
+        torch.testing.assert_close(compiled(*inputs), want)
+        torch.testing.assert_close(exported(*inputs), want)
+
+
+class _Regions(torch.nn.Module):
+    """RoiAlign1, RoiAlignGrad and RoiPooling: outputs sized by the region count."""
+
+    def forward(self, x: torch.Tensor, rois: torch.Tensor,
+                batch: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        aligned = dt.roi_align1(x, rois, batch, [2, 2])
+        grads = OPS["RoiAlignGrad"](*arguments("RoiAlignGrad", (x, aligned, rois, batch), {}))
+        rows = torch.cat([batch[:, None].to(x.dtype), rois], 1)
+        return aligned, *grads, dt.roi_pooling(x, rows, [2, 3])
 
 
 class _TorchWindows(torch.nn.Module):
@@ -556,7 +569,6 @@ def test_export_with_dynamo_and_dynamic_spatial_dims_writes_dml_onnx_nodes():
 def test_roi_align_grad_needs_x_in_torch():
     """The torch op returns both outputs, and drois reads X: the schema says X is required,
     and None gets the operator's error naming X."""
-    from dml_onnx.torch._ops import arguments
     schema = str(torch.ops.dml_onnx.RoiAlignGrad.default._schema)
     assert "Tensor X," in schema and "Tensor? X" not in schema
     with pytest.raises(ValueError, match="RoiAlignGrad .*: X None is required"):
@@ -570,7 +582,6 @@ def test_roi_align_grad_is_differentiable_in_dy_and_the_corners(exact):
     """dX is linear in dY with RoiAlign1 as its derivative, and its derivative in the corners
     is the exact ROI gradient with the direction as the image: checked by finite
     differences; max has no second derivative and says so."""
-    from dml_onnx.torch._ops import _EXACT_ROI_GRADIENT, arguments
     op = _EXACT_ROI_GRADIENT if exact else OPS["RoiAlignGrad"]
     image, batch = _random(2, 3, 7, 8), torch.tensor([0, 1, 1])
     dY, rois = _random(3, 3, 2, 2).requires_grad_(), _boxes(3, 8).requires_grad_()

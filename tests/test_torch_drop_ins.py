@@ -228,11 +228,14 @@ def test_modules_and_functions_script_and_compile():
         torch.testing.assert_close(scripted(image, rois, 2, 0.5, 0, True),
                                    dt.roi_align(image, rois, 2, 0.5, 0, True), rtol=0, atol=0)
     assert repr(dt.RoIAlign(3, 0.5, 2)) == repr(torchvision.ops.RoIAlign(3, 0.5, 2))
-    compiled = torch.compile(dt.RoIAlign(3, 0.5, 2, aligned=True), fullgraph=True,
-                             dynamic=True, backend="aot_eager")
-    for count in (6, 4):
-        torch.testing.assert_close(compiled(image, rois[:count]),
-                                   dt.roi_align(image, rois[:count], 3, 0.5, 2, True))
+    for module in (dt.RoIAlign(3, 0.5, 2, aligned=True), dt.RoIPool(2, 0.5)):
+        compiled = torch.compile(module, fullgraph=True, dynamic=True, backend="aot_eager")
+        for count in (6, 4):
+            torch.testing.assert_close(compiled(image, rois[:count]),
+                                       module(image, rois[:count]), rtol=0, atol=0)
+        traced = torch.fx.symbolic_trace(module)  # the function stays one leaf node
+        assert [n.target for n in traced.graph.nodes if n.op == "call_function"] == \
+            [dt.roi_align if isinstance(module, dt.RoIAlign) else dt.roi_pool]
 
 
 def _pyramid() -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[tuple[int, int]]]:

@@ -45,6 +45,7 @@ def _rois(boxes: Tensor | list[Tensor]) -> Tensor:
     return _roi_rows(boxes)
 
 
+@torch.fx.wrap  # a leaf of torch.fx traces, as torchvision's is
 def roi_align(input: Tensor, boxes: Tensor | list[Tensor],
               output_size: BroadcastingList2[int], spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
@@ -81,6 +82,7 @@ def roi_align(input: Tensor, boxes: Tensor | list[Tensor],
     return output
 
 
+@torch.fx.wrap
 def roi_pool(input: Tensor, boxes: Tensor | list[Tensor],
              output_size: BroadcastingList2[int], spatial_scale: float = 1.0) -> Tensor:
     """torchvision's ``roi_pool`` as ``RoiPooling`` -> ``[K, C, output_size]``."""
