@@ -478,17 +478,27 @@ def _samples() -> dict[str, list[tuple[tuple, dict]]]:
     }
 
 
-OPCHECK = [pytest.param(name, tensors, attributes, id=f"{name}-{k}")
+OPCHECK = [pytest.param(op, name, tensors, attributes, id=f"{label}-{k}")
            for name, samples in _samples().items()
+           for op, label in [(OPS[name], name)] + ([(_EXACT_ROI_GRADIENT, "RoiAlignGradExact")]
+                                                   if name == "RoiAlignGrad" else [])
            for k, (tensors, attributes) in enumerate(samples)]
 
 
-@pytest.mark.parametrize(("name", "tensors", "attributes"), OPCHECK)
-def test_opcheck_passes_every_default_check(name, tensors, attributes):
+@pytest.mark.parametrize(("op", "name", "tensors", "attributes"), OPCHECK)
+def test_opcheck_passes_every_default_check(op, name, tensors, attributes):
     """Schema, autograd registration, fake tensors and AOT dispatch with dynamic shapes."""
     given = [t.clone().requires_grad_() if t.is_floating_point() else t for t in tensors]
-    results = torch.library.opcheck(OPS[name], arguments(name, given, attributes))
+    results = torch.library.opcheck(op, arguments(name, given, attributes))
     assert set(results.values()) == {"SUCCESS"}, results
+
+
+def test_opcheck_passes_on_roi_poolings_bin_positions():
+    from dml_onnx.torch._ops import _roi_pooling_argmax
+    for (image, rows), attributes in _samples()["RoiPooling"]:
+        results = torch.library.opcheck(_roi_pooling_argmax, (
+            image, rows, attributes["pooled_size"], attributes.get("spatial_scale", 1.0)))
+        assert set(results.values()) == {"SUCCESS"}, results
 
 
 class _Windows(torch.nn.Module):
