@@ -10,7 +10,8 @@ onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) 
 run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
 with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx must then
 serialize them: external initializers added to the caller's options would outlive the
-session), all in one process.
+session), all in one process; then, each in a fresh process, how far creating the session
+raises the peak resident memory.
 """
 
 from __future__ import annotations
@@ -109,9 +110,49 @@ def main() -> None:
         print("|---|---|---:|---:|")
         for (who, how), seconds in created.items():
             print(f"| {who} | {how} | {seconds * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")
+        peaks = {(who, how): _peak_megabytes(who, how, stock if who == "onnxruntime" else raised)
+                 for who, how in makers}
+        print("\n| session | options | peak memory of creation, MB |\n|---|---|---:|")
+        for (who, how), megabytes in peaks.items():
+            print(f"| {who} | {how} | {megabytes:.0f} |")
     for how in ("no options", "the caller's options"):
         ratio = created["dml_onnx", how] / created["onnxruntime", how]
-        print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} (median of {args.repeat})")
+        memory = peaks["dml_onnx", how] / peaks["onnxruntime", how]
+        print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} in time (median of "
+              f"{args.repeat}), {memory:.2f} in peak memory")
+
+
+_PEAK = """
+import sys
+import onnxruntime as ort
+import dml_onnx
+import dml_onnx.runtime
+
+
+def peak():  # kB; ru_maxrss would carry the parent's peak over the exec
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+
+
+who, how, path = sys.argv[1:]
+options = ort.SessionOptions() if how != "no options" else None
+before = peak()
+if who == "onnxruntime":
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+else:
+    session = dml_onnx.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+print((peak() - before) / 1024)
+"""
+
+
+def _peak_megabytes(who: str, how: str, path: Path) -> float:
+    """How far creating the session raises the peak resident memory of a fresh process that
+    has imported both packages (Linux's ``VmHWM``)."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _PEAK, who, how, str(path)], check=True,
+                          capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
 
 
 if __name__ == "__main__":

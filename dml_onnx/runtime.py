@@ -68,7 +68,7 @@ from dml_onnx.private_api import (
     session_run,
 )
 from dml_onnx.schemas import register_schemas
-from dml_onnx.weights import load_without_weights, serialized_with_weights, weights_folder
+from dml_onnx.weights import load_without_weights, serialized_with_weights
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -489,25 +489,19 @@ class InferenceSession:
     Everything else is delegated to the wrapped onnxruntime session.
 
     The rewritten model reaches onnxruntime without its weights (see :mod:`dml_onnx.weights`):
-    a file's stay in the file, which onnxruntime reads from the file's folder (the options'
-    ``session.model_external_initializers_file_folder_path``, set unless it names another
-    folder; then they travel inside the serialized model); those of bytes or a ModelProto
-    reach onnxruntime as arrays on options of our own, inside the serialized model on the
-    caller's (external initializers added to them would outlive the session).
+    they are read once, into arrays the session owns (a file's never memory-mapped: after
+    creation the session does not depend on the file), which onnxruntime takes as external
+    initializers on options of our own, or, with the caller's options (external initializers
+    added to them would outlive the session), inside the serialized model.
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | onnx.ModelProto,
                  sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
-        folder = (weights_folder(path_or_bytes)
-                  if isinstance(path_or_bytes, (str, os.PathLike)) else None)
-        # a file's weights: onnxruntime reads them from it (where the caller's options take
-        # no other folder); else arrays that it takes from our own options, or, with the
-        # caller's options (which would keep them after us), values inside the serialized model
-        refer = folder is not None and (
-            sess_options is None or _config_entry(sess_options, _FOLDER_KEY) in (None, folder))
-        model, weights = load_without_weights(path_or_bytes, refer_to_file=refer)
+        # the weights as arrays that onnxruntime takes from our own options, or, with the
+        # caller's options (which would keep them after us), inside the serialized model
+        model, weights = load_without_weights(path_or_bytes)
         model = _runtime_model(model, guard=False, direct=True,
                                strings=isinstance(path_or_bytes, onnx.ModelProto))
         if weights and sess_options is not None:
@@ -520,8 +514,6 @@ class InferenceSession:
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
         quiet_session_options(options)  # idle workers would take the cores our kernels use
-        if refer and _config_entry(options, _FOLDER_KEY) is None:
-            options.add_session_config_entry(_FOLDER_KEY, folder)
         self._threads = options.intra_op_num_threads  # 0: every core
         self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
         if weights:  # onnxruntime reads them where they are: they live as long as we do
@@ -631,7 +623,6 @@ def _async_queue() -> queue.SimpleQueue:
 
 
 _REGISTERED_KEY = "dml_onnx.extensions_library_registered"
-_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 """Where onnxruntime reads the external data of a model given as bytes: the folder of the
 model file whose weights the serialized model refers to."""
 _NO_SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")

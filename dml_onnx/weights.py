@@ -4,11 +4,11 @@
 model to onnxruntime as bytes. Loading, copying and serializing a detector's weights (170 MB
 for Mask R-CNN) took longer than onnxruntime's whole session creation, so the session takes
 the large initializers out. A file or bytes is split on the wire: the large ``raw_data``
-fields of the main graph's initializers are left out before parsing. A file's weights then
-stay in the file, as external-data references (offset and length) that onnxruntime reads
-itself; those of bytes or a ModelProto become numpy arrays (one copy each) behind stubs
-(``location`` = ``dml_onnx:<name>``), which onnxruntime takes as external initializers, or
-which :func:`serialized_with_weights` puts back into the serialized model.
+fields of the main graph's initializers are left out before parsing and read into numpy arrays
+(a file's with ``os.pread``, once, never memory-mapped: a session owns its weights, whatever
+happens to the file later); a ModelProto's become arrays too (one copy each). Each sits behind
+a stub (``location`` = ``dml_onnx:<name>``), which onnxruntime takes as an external
+initializer, or which :func:`serialized_with_weights` puts back into the serialized model.
 """
 
 from __future__ import annotations
@@ -45,46 +45,29 @@ _GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 _WEIGHT_PATH = (_GRAPH, _INITIALIZER, _RAW_DATA)
 
 
-def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto, *,
-                         refer_to_file: bool = False
+def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
     main graph as an external-data stub, and those initializers' values by name (C-contiguous,
-    native byte order, owned by the caller). Raises as ``load_model`` does.
-
-    ``refer_to_file`` (for a path): the large initializers become external-data references
-    into the file itself (``location`` its name, ``offset``, ``length``), and the model's own
-    external data stays external: onnxruntime reads all of it from :func:`weights_folder`
-    (its session option ``session.model_external_initializers_file_folder_path``), and no
-    values are returned.
-    """
+    native byte order, owned by the caller). Raises as ``load_model`` does, and ``OSError``
+    for a file that changed while it was read."""
     if isinstance(model, onnx.ModelProto):
         return _stub_weights(model, {})
     what, path = model_source(model)
     if path is not None and onnx.serialization.registry.get_format_from_file_extension(
             path.suffix) not in (None, "protobuf"):
         return _stub_weights(load_model(model), {})  # a text format: nothing to split
-    refer = refer_to_file and path is not None
     with _FileData(path) if path is not None else memoryview(model) as data:
         try:
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
             whole = data.read(0, len(data)) if path is not None else bytes(data)
             return _stub_weights(parse_model(whole, what, path), {})
-        if refer:  # the model's own external data stays external where it lies next to it
-            real = Path(weights_folder(path))
-            proto = parse_model(light, what, None if real == path.absolute().parent else path)
-            _refer_to(Path(os.path.realpath(path)).name, proto.graph.initializer, spans, data)
-            return proto, {}
         proto = parse_model(light, what, path)
-        return _stub_weights(proto, _take_values(proto.graph.initializer, spans, data))
-
-
-def weights_folder(path: str | os.PathLike) -> str:
-    """The folder onnxruntime reads the weights of the file ``path`` from, with
-    ``refer_to_file``: the file's real folder (onnxruntime refuses a reference that leaves the
-    folder, as one through a symbolic link does)."""
-    return os.path.dirname(os.path.realpath(path))
+        arrays = _take_values(proto.graph.initializer, spans, data)
+        if path is not None:
+            data.check_unchanged()
+        return _stub_weights(proto, arrays)
 
 
 def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
@@ -101,39 +84,41 @@ def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
     return True
 
 
-def _refer_to(location: str, initializers: Sequence[TensorProto],
-              spans: list[tuple[int, int] | None], data: _FileData | memoryview) -> None:
-    """Turn each initializer split off at ``spans`` into a reference to its raw_data in the
-    file ``location``."""
-    for tensor, span in zip(initializers, spans, strict=True):
-        if _split_off(tensor, span, data, keep=False):
-            tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", location), ("offset", span[0]), ("length", span[1])):
-                tensor.external_data.add(key=key, value=str(value))
-
-
 def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int] | None],
                  data: _FileData | memoryview) -> dict[str, np.ndarray]:
     """The values of the initializers whose raw_data was left out at ``spans``, by name,
-    where onnxruntime can take them as arrays; the others get their raw_data back."""
-    arrays = {}
+    where onnxruntime can take them as arrays; the others get their raw_data back. The
+    arrays share one block, each at a 64-byte boundary: one large allocation (backed by huge
+    pages where the system allows) fills about three times faster than thousands of small
+    ones, whose pages fault one by one."""
+    taken = []
     unique = len({t.name for t in initializers}) == len(initializers)
     for tensor, span in zip(initializers, spans, strict=True):
         numpy_type = _NUMPY_TYPES.get(tensor.data_type)
         fits = numpy_type is not None and span is not None and min(tensor.dims, default=0) >= 0 \
             and span[1] == math.prod(tensor.dims) * np.dtype(numpy_type).itemsize
-        if not _split_off(tensor, span, data, keep=not (unique and fits)):
-            continue
-        start, size = span
-        array = np.empty(tensor.dims, numpy_type)
+        if _split_off(tensor, span, data, keep=not (unique and fits)):
+            taken.append((tensor, numpy_type, span))
+    ends = np.cumsum([-(-size // _ALIGN) * _ALIGN for _, _, (_, size) in taken], dtype=np.int64)
+    block = np.empty(int(ends[-1]) + _ALIGN if taken else 0, np.uint8)
+    first = -block.ctypes.data % _ALIGN
+    arrays = {}
+    for (tensor, numpy_type, (start, size)), end in zip(taken, ends, strict=True):
+        offset = first + int(end) - -(-size // _ALIGN) * _ALIGN
+        target = block[offset:offset + size]
         if isinstance(data, _FileData):
-            data.read_into(array, start)
+            data.read_into(target, start)
         else:
-            array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, size, start)
+            target[:] = np.frombuffer(data, np.uint8, size, start)
+        array = target.view(numpy_type).reshape(tensor.dims)
         if sys.byteorder == "big":  # raw_data is little-endian
             array.byteswap(inplace=True)
         arrays[tensor.name] = array
     return arrays
+
+
+_ALIGN = 64
+"""Byte alignment of each array in :func:`_take_values`' block."""
 
 
 def _stub_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
@@ -200,9 +185,19 @@ class _FileData:
 
     def __enter__(self) -> _FileData:
         self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        self._size = os.fstat(self._fd).st_size
+        self._stat = self._identity()
+        self._size = self._stat[0]
         self._start, self._block = 0, b""
         return self
+
+    def _identity(self) -> tuple[int, int, int]:
+        status = os.fstat(self._fd)
+        return status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+    def check_unchanged(self) -> None:
+        """``OSError`` if the file was written while it was read (its parts may not fit)."""
+        if self._identity() != self._stat:
+            raise OSError(f"{self._path} changed while it was read: open it again")
 
     def __exit__(self, *exc: object) -> None:
         os.close(self._fd)
@@ -250,24 +245,41 @@ def _pieces(data: bytes | _FileData | memoryview, start: int, end: int,
             path: tuple[int, ...], spans: list[tuple[int, int] | None]) -> Iterator[bytes]:
     """The message ``data[start:end]`` re-encoded piece by piece: the fields on ``path`` are
     rebuilt (their lengths change), a large last one is left out, the rest copied."""
-    fields = list(_fields(data, start, end))
     if len(path) == 1:  # an initializer: the raw_data to leave out, if one large one
-        raw = [(first, value_start, value_end) for number, wire_type, first, value_start,
-               value_end in fields if number == path[0] and wire_type == 2]
-        if len(raw) == 1 and raw[0][2] - raw[0][1] > WEIGHT_ELEMENTS:
-            spans.append((raw[0][1], raw[0][2] - raw[0][1]))
-            yield bytes(data[start:raw[0][0]])
-            yield bytes(data[raw[0][2]:end])
+        raw = _only_raw_data(data, start, end, path[0])
+        if raw is not None and raw[2] - raw[1] > WEIGHT_ELEMENTS:
+            spans.append((raw[1], raw[2] - raw[1]))
+            yield bytes(data[start:raw[0]])
+            yield bytes(data[raw[2]:end])
         else:
             spans.append(None)
             yield bytes(data[start:end])
         return
-    for number, wire_type, first, value_start, value_end in fields:
+    for number, wire_type, first, value_start, value_end in list(_fields(data, start, end)):
         if wire_type != 2 or number != path[0]:
             yield bytes(data[first:value_end])
         else:
             inner = b"".join(_pieces(data, value_start, value_end, path[1:], spans))
             yield _field(number, len(inner)) + inner
+
+
+_TYPED_DATA = frozenset({4, 5, 6, 7, 10, 11})
+"""Field numbers of TensorProto's typed values (float_data ... uint64_data)."""
+
+
+def _only_raw_data(data: bytes | _FileData | memoryview, start: int, end: int, number: int
+                   ) -> tuple[int, int, int] | None:
+    """``(field start, value start, value end)`` of the TensorProto ``data[start:end]``'s
+    raw_data field ``number`` where it is its only one and no typed values come before a
+    second one; else ``None``. Stops at the first typed value: unpacked, they may be
+    millions of fields (a raw_data beside them makes the tensor invalid anyway)."""
+    found = None
+    for field, wire_type, first, value_start, value_end in _fields(data, start, end):
+        if field in _TYPED_DATA or (field == number and found is not None):
+            return None
+        if field == number and wire_type == 2:
+            found = first, value_start, value_end
+    return found
 
 
 def _fields(data: bytes | _FileData | memoryview, start: int, end: int
