@@ -42,10 +42,14 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
         return [f"model: cannot be read as ONNX ({error})"]
     register_schemas()
     problems = structure_problems(model, "dml_onnx")
-    with lenient_inference():
-        inferred = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
-                                                     strict_mode=False)
-        types = element_types(inferred)
+    try:
+        with lenient_inference():
+            inferred = onnx.shape_inference.infer_shapes(without_weights(model),
+                                                         check_type=False, strict_mode=False)
+            types = element_types(inferred)
+    except (onnx.shape_inference.InferenceError, ValueError) as error:
+        # a node that contradicts its schema (said above, if it is a standard one)
+        return problems or [f"model: {str(error).splitlines()[0]}"]
     shapes = _shapes(inferred.graph)
     for node in model.graph.node:
         if node.domain == DOMAIN:

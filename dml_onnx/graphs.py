@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import onnx
+from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
 from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
@@ -55,7 +56,23 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
     what, path = model_source(model)
     if path is None:
         return parse_model(bytes(model), what, None)
-    return _checked(what, lambda: onnx.load(what))
+    return _checked(what, lambda: _load_file(what, path))
+
+
+def _load_file(what: str, path: Path) -> onnx.ModelProto:
+    """``onnx.load`` in the format the file's name says; a text-format name (``.json``,
+    ``.textproto`` ...) over a binary model reads as protobuf, as onnxruntime reads it."""
+    try:
+        return onnx.load(what)
+    except (json_format.ParseError, text_format.ParseError, UnicodeDecodeError) as error:
+        if onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (
+                None, "protobuf"):
+            raise
+        try:
+            return onnx.load(what, format="protobuf")
+        except DecodeError:
+            raise ValueError(f"{what} is not an ONNX model (neither the format its name "
+                             f"says: {str(error).splitlines()[0]}, nor protobuf)") from None
 
 
 def read_regular(path: str | os.PathLike, limit: int) -> bytes:
@@ -170,12 +187,21 @@ def _copy_fields(source: Message, target: Message, skipped: str) -> None:
             getattr(target, field.name).extend(value)
 
 
+def _inferred(model: onnx.ModelProto) -> onnx.GraphProto:
+    """The main graph with onnx's shape inference (the domain's schemas registered);
+    ``ValueError`` where a node contradicts its schema."""
+    register_schemas()
+    try:
+        return onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
+                                                 strict_mode=False).graph
+    except onnx.shape_inference.InferenceError as error:
+        raise ValueError(f"model: {str(error).splitlines()[0]}") from None
+
+
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every value of the main graph whose type is known (declared,
     inferred with the domain's schemas, an initializer or a ``Constant``)."""
-    register_schemas()
-    graph = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
-                                              strict_mode=False).graph
+    graph = _inferred(model)
     types = {}
     for value in (*graph.input, *graph.value_info, *graph.output):
         if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
@@ -193,9 +219,7 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
 def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """The dimensions of every value of the main graph whose rank is known (declared or
     inferred), ``None`` for a dimension that is not a fixed number."""
-    register_schemas()
-    graph = onnx.shape_inference.infer_shapes(without_weights(model), check_type=False,
-                                              strict_mode=False).graph
+    graph = _inferred(model)
     return {value.name: [d.dim_value if d.HasField("dim_value") else None
                          for d in value.type.tensor_type.shape.dim]
             for value in (*graph.input, *graph.value_info, *graph.output)
@@ -210,13 +234,14 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         yield from attribute.graphs
 
 
-def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = True
-                       ) -> list[str]:
+def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = True,
+                       schemas: bool = True) -> list[str]:
     """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
-    a string field that is not UTF-8, an opset import of the domain other than
-    :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside a subgraph or a model function (at any
-    depth), and nodes of the binding's private domain :data:`RUNTIME_DOMAIN` (only
-    :func:`dml_onnx.to_runtime_model` writes those)."""
+    a string field that is not UTF-8, a standard node that contradicts its schema
+    (:func:`schema_problems`; ``schemas=False``: onnxruntime checks them itself), an opset
+    import of the domain other than :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside a
+    subgraph or a model function (at any depth), and nodes of the binding's private domain
+    :data:`RUNTIME_DOMAIN` (only :func:`dml_onnx.to_runtime_model` writes those)."""
     try:
         if strings:  # False: the caller checked them (load_model did)
             _check_strings(model, "the model")
@@ -229,8 +254,12 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
         problems.append(f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
                         f"{OPSET_VERSION}")
 
+    standard = versions.get("", versions.get("ai.onnx")) if schemas else None
+
     def visit(nodes: Iterable[onnx.NodeProto], where: str | None) -> None:
         for node in nodes:
+            if node.domain in ("", "ai.onnx") and standard is not None:
+                problems.extend(schema_problems(node, standard))
             if node.domain == RUNTIME_DOMAIN:
                 problems.append(f"{node.op_type} '{node_label(node)}': domain {RUNTIME_DOMAIN} "
                                 "is private to the onnxruntime binding (models hold "
@@ -247,8 +276,42 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
     return list(dict.fromkeys(problems))  # a node of both branches of an If once
 
 
-def check_structure(model: onnx.ModelProto, what: str, *, strings: bool = True) -> None:
+def schema_problems(node: onnx.NodeProto, opset: int) -> list[str]:
+    """Where a standard node contradicts its onnx schema at ``opset`` (which onnxruntime
+    refuses too): its input count, a required input left empty, a required attribute
+    missing, an attribute of another type. None for an op onnx does not know."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return []
+    label = f"{node.op_type} '{node_label(node)}'"
+    name = f"{node.op_type}-{schema.since_version}"
+    problems = []
+    count = len(node.input)
+    if not schema.min_input <= count <= schema.max_input:
+        takes = (f"{schema.min_input}" if schema.min_input == schema.max_input else
+                 f"{schema.min_input} to {schema.max_input}")
+        problems.append(f"{label}: {count} inputs where {name} takes {takes}")
+    for index, formal in enumerate(schema.inputs[:count]):
+        if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single and \
+                not node.input[index]:
+            problems.append(f"{label}: input {index} ({formal.name}) is required by {name}")
+    given = {attribute.name: attribute for attribute in node.attribute}
+    for attribute in schema.attributes.values():
+        if attribute.required and attribute.name not in given:
+            problems.append(f"{label}: attribute {attribute.name!r} is required by {name}")
+        elif attribute.name in given and given[attribute.name].type not in (
+                attribute.type, onnx.AttributeProto.UNDEFINED):
+            problems.append(f"{label}: attribute {attribute.name!r} is "
+                            f"{onnx.AttributeProto.AttributeType.Name(given[attribute.name].type)}"
+                            f" where {name} takes "
+                            f"{onnx.AttributeProto.AttributeType.Name(attribute.type)}")
+    return problems
+
+
+def check_structure(model: onnx.ModelProto, what: str, *, strings: bool = True,
+                    schemas: bool = True) -> None:
     """Raise ``ValueError`` with the first of :func:`structure_problems`."""
-    problems = structure_problems(model, what, strings=strings)
+    problems = structure_problems(model, what, strings=strings, schemas=schemas)
     if problems:
         raise ValueError(problems[0])

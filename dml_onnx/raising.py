@@ -80,9 +80,14 @@ class _Node:
             raise _Kept(reason)
 
     def constant(self, index: int, what: str) -> list[int]:
+        """The values of an integer constant input (a float one makes the node invalid:
+        onnxruntime refuses it, and so it stays)."""
         name = self.proto.input[index] if index < len(self.proto.input) else ""
         self.require(name in self.constants, f"{what} is not a constant")
-        return [int(v) for v in self.constants[name].ravel()]
+        values = self.constants[name]
+        self.require(values.dtype.kind in "iu", f"{what} is {values.dtype.name}, not an "
+                                                "integer tensor")
+        return [int(v) for v in values.ravel()]
 
     def emitter(self, part: str) -> StandardNode:
         """Where a rule writes standard nodes (``part``: ``"before"`` or ``"after"`` the
@@ -502,8 +507,8 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
     the result carries each new node's standard form as a model-local function, so it still
     runs where the domain's kernels are not installed.
     """
+    opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "raising")
-    opset = default_opset(model)
     types = element_types(model)
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     for node in model.graph.node:

@@ -155,10 +155,10 @@ def register_runtime_ops() -> None:
                 for parameter in definition.outputs:
                     outputs += [_PYOP_TYPES[types[parameter.type]][1],
                                 *([PyCustomOpDef.dt_int64] if guarded else [])]
-                op_id = declare_pyop(
+                op_id = declare_pyop(  # the config comes last, as uint8 (UTF-8 JSON)
                     f"{RUNTIME_DOMAIN}::{op_type}",
-                    [_PYOP_TYPES[types[p.type]][1] for p in definition.inputs],
-                    outputs, {"config": PyCustomOpDef.dt_string})
+                    [*(_PYOP_TYPES[types[p.type]][1] for p in definition.inputs),
+                     PyCustomOpDef.dt_uint8], outputs, {})
                 _VARIANTS_BY_ID[op_id] = _Variant(
                     definition,
                     tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs),
@@ -180,8 +180,8 @@ class _Call:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_config(config: str) -> _Call:
-    data = json.loads(config)
+def _parse_config(config: bytes) -> _Call:
+    data = json.loads(config.decode())  # UnicodeDecodeError: a crafted node's, reported
     definition = OPERATORS_BY_NAME[data["op"]]
     feeds = data.get("feeds") or [None] * len(definition.inputs)
     fetches = data.get("fetches") or [None] * len(definition.outputs)
@@ -194,30 +194,33 @@ def _parse_config(config: str) -> _Call:
 
 
 def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
+    """The hook: ``feed`` is the node's inputs, then its config (no string attribute: the
+    extension would convert one to ``str`` in C++, and a value that is not UTF-8 would end
+    the process there)."""
     variant = _VARIANTS_BY_ID.get(k_id)
     if variant is None:  # somebody else's PyOp: the extension's own hook
         return extension_hook(k_id, feed, attributes)
     if _state.in_session and _state.error is not None:
         return _placeholders(k_id, variant)  # a kernel of this run failed: report that one
+    config = feed[-1].tobytes() if feed else b""
     try:
-        return (k_id, *_run_call(_parse_config(attributes["config"]), feed, variant))
+        return (k_id, *_run_call(_parse_config(config), feed[:-1], variant))
     except BaseException as exc:  # noqa: BLE001 - anything escaping here ends the process
-        _state.error = _kernel_error(exc, variant, attributes)
+        _state.error = _kernel_error(exc, variant, config)
         if not _state.in_session:
             _logger.error("%s", _state.error if isinstance(exc, Exception) else
-                          f"{variant.definition.name} '{_node_of(attributes)}': kernel stopped "
+                          f"{variant.definition.name} '{_node_of(config)}': kernel stopped "
                           f"by {type(exc).__name__}")
         return _placeholders(k_id, variant)
 
 
-def _kernel_error(exc: BaseException, variant: _Variant,
-                  attributes: dict[str, str]) -> BaseException:
+def _kernel_error(exc: BaseException, variant: _Variant, config: bytes) -> BaseException:
     """What ``run()`` raises for an exception of a kernel: a :class:`KernelError` as it is,
     an interrupt or exit (not an ``Exception``) as it is, anything else as a
     :class:`KernelError` naming the exception."""
     if isinstance(exc, KernelError) or not isinstance(exc, Exception):
         return exc
-    error = KernelError(variant.definition.name, _node_of(attributes), "kernel",
+    error = KernelError(variant.definition.name, _node_of(config), "kernel",
                         type(exc).__name__, f"raised: {exc}")
     error.__cause__ = exc
     return error
@@ -311,9 +314,9 @@ def _feed(given: dict[str, Any] | None, name: str, dtype: np.dtype) -> np.ndarra
     return np.asarray(value, dtype)
 
 
-def _node_of(attributes: dict[str, str]) -> str:
+def _node_of(config: bytes) -> str:
     try:
-        return str(json.loads(attributes["config"])["node"])
+        return str(json.loads(config.decode())["node"])
     except Exception:  # noqa: BLE001 - only for the message of another error
         return "<unreadable config>"
 
@@ -339,7 +342,7 @@ def _runtime_model(model: onnx.ModelProto, *, guard: bool, direct: bool,
     """:func:`to_runtime_model`; ``strings=False`` for a model whose strings
     :func:`dml_onnx.graphs.load_model` checked."""
     register_schemas()
-    check_structure(model, "the onnxruntime binding", strings=strings)
+    check_structure(model, "the onnxruntime binding", strings=strings, schemas=False)
     elem_types = element_types(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -447,7 +450,9 @@ def _rewrite(node: onnx.NodeProto, prefix: str, elem_types: dict[str, int], guar
               "inputs": [bool(n) for n in inputs], "outputs": outputs_present}
     if any(feeds) or any(fetches):
         config.update(feeds=feeds, fetches=fetches)
-    config = json.dumps(config, allow_nan=True)
+    config_name = f"{prefix}_config"
+    nodes.append(helper.make_node("Constant", [], [config_name], value=numpy_helper.from_array(
+        np.frombuffer(json.dumps(config, allow_nan=True).encode(), np.uint8))))
     kernel_outputs, guards = [], []
     for k, (parameter, present) in enumerate(zip(definition.outputs, outputs_present)):
         raw, shape = f"{prefix}_out_{k}", f"{prefix}_shape_{k}"
@@ -469,8 +474,8 @@ def _rewrite(node: onnx.NodeProto, prefix: str, elem_types: dict[str, int], guar
         if checked != target:
             guards.append(helper.make_node("Cast", [checked], [target], to=original))
     variant = _variant_name(definition, runtime_types, guard)
-    nodes.append(helper.make_node(variant, kernel_inputs, kernel_outputs, name=node.name or None,
-                                  domain=RUNTIME_DOMAIN, config=config))
+    nodes.append(helper.make_node(variant, [*kernel_inputs, config_name], kernel_outputs,
+                                  name=node.name or None, domain=RUNTIME_DOMAIN))
     return nodes + guards
 
 

@@ -71,8 +71,8 @@ def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelPro
     ``dml_onnx`` import and functions. Raises :class:`NotEquivalent` for an opset below
     :data:`MINIMUM_OPSET` or an input of unknown element type.
     """
+    opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "the standard forms")
-    opset = default_opset(model)
     types = element_types(model)
     base = prefix_for(model, "_dml_onnx")
     result = onnx.ModelProto()
@@ -95,8 +95,8 @@ def with_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     element types, which inputs and outputs it has, the opset), so nodes with equal forms
     share one function. Earlier ``dml_onnx`` functions are replaced.
     """
+    opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "the standard forms")
-    opset = default_opset(model)
     types = element_types(model)
     result = onnx.ModelProto()
     result.CopyFrom(model)

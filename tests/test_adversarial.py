@@ -458,3 +458,42 @@ def test_the_references_refuse_work_above_the_limit_before_their_loops(reference
     finally:
         dml_onnx.set_work_limit(previous)
     calls[reference]()  # the default limit: it runs
+
+
+def test_a_crafted_runtime_node_with_a_config_that_is_not_utf8_fails_without_ending_the_process():
+    """Our PyOps carry no string attribute (onnxruntime-extensions converts those in C++,
+    and one that is not UTF-8 ended the process there); the config is a uint8 input, decoded
+    in Python. A crafted node with bad bytes there (and a bad string attribute, which the
+    extension ignores) fails the run of a plain onnxruntime session, which lives on."""
+    out = child("""
+        import numpy as np
+        import onnxruntime as ort
+        import onnxruntime_extensions
+        from onnx import TensorProto, helper, numpy_helper
+        import dml_onnx
+        from dml_onnx.definition import RUNTIME_DOMAIN
+        from tests.test_adversarial import POOL, ROIS, X
+        model = dml_onnx.to_runtime_model(POOL)
+        (config,) = [n for n in model.graph.node if n.op_type == "Constant"
+                     and n.output[0].endswith("_config")]
+        config.attribute[0].t.CopyFrom(numpy_helper.from_array(
+            np.frombuffer(b"\\xff\\xfe{", np.uint8)))
+        kernel = next(n for n in model.graph.node if n.domain == RUNTIME_DOMAIN)
+        kernel.attribute.append(helper.make_attribute("config", b"\\xff\\xfe"))
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        try:
+            session.run(None, {"X": X, "rois": ROIS})
+        except Exception as error:
+            print("refused:", type(error).__name__)
+        import dml_onnx.runtime
+        print("error:", dml_onnx.runtime.take_error())
+        good = dml_onnx.to_runtime_model(POOL)
+        print("alive:", ort.InferenceSession(good.SerializeToString(), options,
+              providers=["CPUExecutionProvider"]).run(None, {"X": X, "rois": ROIS})[0].ravel())
+    """)
+    assert "refused:" in out and "alive: [ 5.  7. 13. 15.]" in out, out
+    assert "RoiPooling '<unreadable config>': kernel 'UnicodeDecodeError' raised" in out, out
