@@ -383,36 +383,48 @@ def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
     work per iteration. No interpreter lock passes from thread to thread, which costs
     :func:`run_parallel` some 0.1-0.2 ms per thread on a 16-core server.
 
-    Returns False, having run nothing, where the caller runs its groups itself on the calling
-    thread: for one group, and in a process forked from one that launched (GNU OpenMP, numba's
-    threading layer where the system has it, terminates such a child at its first parallel
-    launch). One launch at a time: numba's fallback threading layer (workqueue) takes no
-    concurrent launches, and each launch uses every thread it may anyway."""
-    global _launch_pid
-    if threads <= 1 or _launch_pid not in (None, os.getpid()):
+    Returns False, having run nothing, where the caller runs its groups itself: for one
+    group; in a process forked from one that launched (GNU OpenMP, numba's threading layer
+    where the system has it, terminates such a child at its first parallel launch); and under
+    numba's fallback layer, workqueue, which ends the process when two threads launch at once
+    (our kernel beside the application's own parallel numba code). One launch at a time: each
+    uses every thread it may anyway."""
+    global _launch_pid, _workqueue
+    if threads <= 1 or _launch_pid not in (None, os.getpid()) or _workqueue:
         return False
     import numba
 
     with _launch_lock:
-        first, _launch_pid = _launch_pid is None, os.getpid()
         # numba loads its threading layer in its first set_num_threads
-        with short_openmp_spin() if first else contextlib.nullcontext():
+        with short_openmp_spin() if _launch_pid is None else contextlib.nullcontext():
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        if numba.threading_layer() == "workqueue":
+            _workqueue = True
+            return False
+        _launch_pid = os.getpid()
         launch()
     return True
+
+
+_workqueue = False
+"""Whether numba's threading layer turned out to be workqueue (see :func:`run_compiled`)."""
 
 
 def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None],
               launch: Callable[[np.ndarray], None]) -> None:
     """:func:`run_compiled` of consecutive bands ``(start, stop)`` (from :func:`bands`):
     ``launch(cuts)``'s driver runs band ``g`` as ``cuts[g]:cuts[g + 1]``; ``band(start,
-    stop)`` runs one on the calling thread."""
+    stop)`` runs one on a thread (the calling one, or :func:`run_parallel`'s under numba's
+    workqueue layer)."""
     if len(groups) == 1:  # no launch to decide on (tiny calls)
         band(*groups[0])
     elif not run_compiled(len(groups), lambda: launch(
             np.array([start for start, _ in groups] + [groups[-1][1]], np.int64))):
-        for start, stop in groups:
-            band(start, stop)
+        if _workqueue:  # threads of our own instead
+            run_parallel([functools.partial(band, start, stop) for start, stop in groups])
+        else:
+            for start, stop in groups:
+                band(start, stop)
 
 
 def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,

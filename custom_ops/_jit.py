@@ -11,11 +11,67 @@ call: importing the package does not import numba (about half a second).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 import numba
 from numba.core.registry import cpu_target
 
-jit = numba.njit(nogil=True, cache=True, error_model="numpy")
-parallel_jit = numba.njit(nogil=True, cache=True, error_model="numpy", parallel=True)
+_OPTIONS = {"nogil": True, "error_model": "numpy"}
+_uncached: list[str] = []  # loops compiled without a cache (warned about once)
+
+
+def _compiler(**options: Any) -> Callable[[Callable], Any]:
+    """``numba.njit`` with the on-disk cache where numba finds a place for it, and a cache
+    that never fails a call: a damaged file is named in a warning, removed, and the loop
+    compiled afresh (numba would raise "Ran out of input" or "Can't get attribute" in every
+    process). Where numba has no writable place (a read-only install and no writable home:
+    "no locator available"), the loops compile in each process, without a cache."""
+    def compile_(function: Callable) -> Any:
+        try:
+            dispatcher = numba.njit(cache=True, **_OPTIONS, **options)(function)
+        except RuntimeError as error:  # no locator available
+            if not _uncached:
+                warnings.warn(f"custom_ops: numba has no place for its cache ({error}); the "
+                              "kernels' loops compile in every process", RuntimeWarning,
+                              stacklevel=2)
+            _uncached.append(function.__name__)
+            return numba.njit(cache=False, **_OPTIONS, **options)(function)
+        _tolerate_damage(dispatcher)
+        return dispatcher
+    return compile_
+
+
+def _tolerate_damage(dispatcher: Any) -> None:
+    """Read ``dispatcher``'s cache as a miss where its files cannot be read back, removing
+    a damaged index so that the fresh compilation's save replaces it (numba's private
+    parts: where they differ, the cache is left as numba has it)."""
+    cache = getattr(dispatcher, "_cache", None)
+    load = getattr(cache, "load_overload", None)
+    if load is None or not hasattr(getattr(cache, "_cache_file", None), "_index_path"):
+        return
+
+    def load_overload(signature: Any, target_context: Any) -> Any:
+        try:
+            return load(signature, target_context)
+        except Exception as error:  # noqa: BLE001 - any unreadable file: compile instead
+            index = cache._cache_file._index_path
+            warnings.warn(f"custom_ops: numba's cache of {dispatcher.py_func.__name__} in "
+                          f"{os.path.dirname(index)} cannot be read ({type(error).__name__}: "
+                          f"{error}); it is compiled afresh and the cache replaced",
+                          RuntimeWarning, stacklevel=2)
+            with contextlib.suppress(OSError):
+                os.unlink(index)
+            return None
+
+    cache.load_overload = load_overload
+
+
+jit = _compiler()
+parallel_jit = _compiler(parallel=True)
 
 # numba finishes setting itself up (type registries, extension entry points) on its first
 # compilation or cache load; an interrupt in the middle of that breaks it for the process

@@ -497,3 +497,87 @@ def test_a_crafted_runtime_node_with_a_config_that_is_not_utf8_fails_without_end
     """)
     assert "refused:" in out and "alive: [ 5.  7. 13. 15.]" in out, out
     assert "RoiPooling '<unreadable config>': kernel 'UnicodeDecodeError' raised" in out, out
+
+
+# ------------------------------------------------------------------ numba's cache and threads
+_LP_POOL = """
+import warnings
+warnings.simplefilter("always")
+import numpy as np
+from custom_ops.lp_pooling import lp_pooling
+X = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) / 100
+Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1], start_padding=[0, 0],
+               end_padding=[0, 0], p=2, node="n")
+print(f"sum {float(Y.sum()):.4f}")
+"""
+
+
+def _child_with(code: str, **environment: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, env={**os.environ, **environment})
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    return done
+
+
+def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path):
+    """Empty index files and garbage data files (a full disk, a killed writer): the next
+    process warns, compiles afresh and repairs the cache; the one after reads it silently."""
+    cache = str(tmp_path / "numba")
+    want = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache).stdout
+    files = sorted(Path(cache).rglob("*.nb[ic]"))
+    assert files
+    for path in files:
+        path.write_bytes(b"" if path.suffix == ".nbi" else b"garbage")
+    damaged = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
+    assert damaged.stdout == want
+    assert "cannot be read (EOFError: Ran out of input); it is compiled afresh" in \
+        damaged.stderr
+    repaired = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
+    assert repaired.stdout == want and "cannot be read" not in repaired.stderr
+
+
+def test_without_a_place_for_numbas_cache_the_kernels_compile_and_say_so_once():
+    """A read-only install and no writable home: numba finds no place for a cache ("no
+    locator available"), which failed every compiled kernel."""
+    done = _child_with(textwrap.dedent("""
+        import numba.core.caching as caching
+        def read_only(self):
+            raise PermissionError(13, "Read-only file system", self.get_cache_path())
+        caching._CacheLocator.ensure_cache_path = read_only
+    """) + _LP_POOL)
+    assert done.stdout.startswith("sum ")
+    assert done.stderr.count("numba has no place for its cache") == 1, done.stderr
+
+
+def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue():
+    """numba's workqueue threading layer (where neither OpenMP nor TBB is there) ends the
+    process when two threads launch parallel code at once; the kernels then split their
+    bands over threads of their own."""
+    done = _child_with("""
+        import threading
+        import numba
+        import numpy as np
+        from custom_ops.lp_pooling import lp_pooling
+        @numba.njit(parallel=True, nogil=True)
+        def theirs(a):
+            total = 0.0
+            for i in numba.prange(a.size):
+                total += np.sin(a[i])
+            return total
+        values = np.linspace(0, 1, 1 << 20)
+        theirs(values)
+        stop = []
+        def loop():
+            while not stop:
+                theirs(values)
+        thread = threading.Thread(target=loop)
+        thread.start()
+        X = np.linspace(-1, 1, 8 * 64 * 56 * 56, dtype=np.float32).reshape(8, 64, 56, 56)
+        for _ in range(20):
+            Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1],
+                           start_padding=[1, 1], end_padding=[1, 1], p=2, node="n")
+        stop.append(True)
+        thread.join()
+        print(numba.threading_layer(), Y.shape)
+    """, NUMBA_THREADING_LAYER="workqueue")
+    assert done.stdout.split()[0] == "workqueue"
