@@ -226,6 +226,26 @@ def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
             if value.type.tensor_type.HasField("shape")}
 
 
+def unused_prefix(graph: onnx.GraphProto, base: str) -> str:
+    """``base``, lengthened by underscores until no name in the graph or its subgraphs (at any
+    depth: value, initializer and node names) starts with it, so that names made from it are
+    new in every scope (a branch's own value of that name would break single assignment)."""
+    names: set[str] = set()
+
+    def visit(g: onnx.GraphProto) -> None:
+        names.update(v.name for v in (*g.input, *g.output, *g.value_info))
+        names.update(t.name for t in g.initializer)
+        for node in g.node:
+            names.update((*node.input, *node.output, node.name))
+            for sub in subgraphs(node):
+                visit(sub)
+    visit(graph)
+    prefix = base
+    while any(name.startswith(prefix) for name in names):
+        prefix += "_"
+    return prefix
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held by the node's attributes (an ``If``'s branches, a ``Loop``'s body)."""
     for attribute in node.attribute:

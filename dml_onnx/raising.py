@@ -36,10 +36,16 @@ from dml_onnx.definition import (
     node_label,
 )
 from dml_onnx.form import StandardNode, op_version
-from dml_onnx.graphs import check_structure, element_types, static_dims, subgraphs
+from dml_onnx.graphs import (
+    check_structure,
+    element_types,
+    static_dims,
+    subgraphs,
+    unused_prefix,
+)
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.ops._roi_sampling import edge_regions, replace_regions
-from dml_onnx.standard import default_opset, prefix_for, with_functions
+from dml_onnx.standard import default_opset, with_functions
 
 EDGE_REGIONS = "dml_onnx: the regions of a raised RoiAlign with a sample on an image edge"
 """The ``doc_string`` of the ``RoiAlign`` that computes those regions (see :func:`_roi_align`);
@@ -515,7 +521,7 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute \
                 and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    base = prefix_for(model, "_dml_onnx_raise")
+    base = unused_prefix(model.graph, "_dml_onnx_raise")
     result = Raised(onnx.ModelProto())
     result.model.CopyFrom(model)
     del result.model.graph.node[:]

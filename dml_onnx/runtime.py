@@ -57,6 +57,7 @@ from dml_onnx.graphs import (
     check_structure,
     element_types,
     subgraphs,
+    unused_prefix,
 )
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.private_api import (
@@ -348,7 +349,7 @@ def _runtime_model(model: onnx.ModelProto, *, guard: bool, direct: bool,
     result.CopyFrom(model)
     del result.graph.node[:]
     direct_inputs, direct_outputs = _direct_values(model.graph) if direct else (set(), set())
-    prefix = _unused_prefix(model.graph, "_dml_onnx")
+    prefix = unused_prefix(model.graph, "_dml_onnx")
     for index, node in enumerate(model.graph.node):
         if node.domain == DOMAIN:
             result.graph.node.extend(_rewrite(node, f"{prefix}_{index}", elem_types,
@@ -365,25 +366,6 @@ def _runtime_model(model: onnx.ModelProto, *, guard: bool, direct: bool,
     if RUNTIME_DOMAIN not in imports:
         result.opset_import.append(helper.make_opsetid(RUNTIME_DOMAIN, 1))
     return result
-
-
-def _unused_prefix(graph: onnx.GraphProto, prefix: str) -> str:
-    """``prefix``, lengthened by underscores until no value name of the graph (subgraphs
-    included) starts with it: the names the rewrite adds cannot clash."""
-    names: set[str] = set()
-
-    def visit(g: onnx.GraphProto) -> None:
-        names.update(v.name for v in (*g.input, *g.output, *g.value_info))
-        names.update(t.name for t in g.initializer)
-        for node in g.node:
-            names.update(node.input)
-            names.update(node.output)
-            for sub in subgraphs(node):
-                visit(sub)
-    visit(graph)
-    while any(name.startswith(prefix) for name in names):
-        prefix += "_"
-    return prefix
 
 
 def _direct_values(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.form import MINIMUM_OPSET, NotEquivalent, StandardNode
-from dml_onnx.graphs import check_structure, element_types
+from dml_onnx.graphs import check_structure, element_types, unused_prefix
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 
@@ -53,16 +53,6 @@ def standard_nodes(definition: OpDefinition, node: onnx.NodeProto, types: dict[s
     return view.nodes
 
 
-def prefix_for(model: onnx.ModelProto, base: str) -> str:
-    """``base``, lengthened until no name in the graph starts with it."""
-    names = {n for node in model.graph.node for n in (*node.input, *node.output, node.name)}
-    names |= {v.name for v in (*model.graph.input, *model.graph.initializer)}
-    prefix = base
-    while any(n.startswith(prefix) for n in names):
-        prefix += "_"
-    return prefix
-
-
 def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelProto:
     """The model with every ``dml_onnx`` node replaced by standard ops computing the same.
 
@@ -74,7 +64,7 @@ def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelPro
     opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "the standard forms")
     types = element_types(model)
-    base = prefix_for(model, "_dml_onnx")
+    base = unused_prefix(model.graph, "_dml_onnx")
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]

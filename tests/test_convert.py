@@ -487,3 +487,50 @@ def test_cli_reports_a_model_it_cannot_convert(tmp_path):
     result = _cli("lower", str(source), str(tmp_path / "out.onnx"))
     assert result.returncode == 1
     assert "dml-onnx lower: the standard forms need the default opset >= 16" in result.stderr
+
+
+def test_generated_names_are_new_in_every_scope():
+    """A branch of an If that defines a value named like one lowering or raising generates:
+    the generated names avoid it (both results pass onnx's full check, whose single static
+    assignment spans the scopes, and run in onnxruntime)."""
+    from onnx import TensorProto, helper
+
+    from dml_onnx.raising import raise_model
+
+    def model_with(branch_value: str) -> onnx.ModelProto:
+        unfold = dml_onnx.unfold("X", "Y", window_sizes=[2, 2], start_padding=[1, 1],
+                                 end_padding=[1, 1], name="unfold")
+        branch = helper.make_graph(
+            [helper.make_node("Identity", ["X"], [branch_value]),
+             helper.make_node("Neg", [branch_value], ["branch_out"])], "then", [],
+            [helper.make_tensor_value_info("branch_out", TensorProto.FLOAT, [1, 2, 4, 4])])
+        choose = helper.make_node("If", ["flag"], ["Z"], then_branch=branch, else_branch=branch)
+        return dml_onnx.make_model(
+            [unfold, choose],
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2, 4, 4]),
+             helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 25]),
+             helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1, 2, 4, 4])])
+
+    plain = dml_onnx.lower_model(model_with("unrelated"))
+    generated = [o for n in plain.graph.node if n.op_type != "If" for o in n.output
+                 if o.startswith("_dml_onnx")]
+    assert generated
+    model = model_with(generated[0])
+    feeds = {"X": np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4),
+             "flag": np.array(True)}
+    want = dml_onnx.InferenceSession(model).run(None, feeds)
+    lowered = dml_onnx.lower_model(model)
+    onnx.checker.check_model(lowered, full_check=True)
+    session = ort.InferenceSession(lowered.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for got, value in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_array_equal(got, value)
+    # raising the lowered model again: its generated names avoid the branch's too
+    branch_names = {o for n in lowered.graph.node if n.op_type == "If"
+                    for a in n.attribute for b in [a.g] for m in b.node for o in m.output}
+    raised = raise_model(lowered).model
+    dml_onnx.register_schemas()
+    onnx.checker.check_model(raised, full_check=True)
+    top = {o for n in raised.graph.node for o in n.output}
+    assert not top & branch_names
