@@ -19,6 +19,7 @@ node left standard comes with the reason.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ from dml_onnx.form import StandardNode, op_version
 from dml_onnx.graphs import (
     check_structure,
     element_types,
+    load_model,
     static_dims,
     subgraphs,
     unused_prefix,
@@ -56,7 +58,7 @@ class _Kept(Exception):
     """A standard node that stays: its reason."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Raised:
     """The result of :func:`raise_model`: the model, the raised nodes' names, and the
     standard nodes of the four kinds that were left, with the reason for each."""
@@ -504,15 +506,17 @@ def _lp_pool_node(chain: _Chain, output: str, types: dict[str, int]) -> onnx.Nod
                                 strides=a.get("strides", [1] * k), p=int(p))
 
 
-def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
-                functions: bool = True) -> Raised:
+def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+                positive_rois: bool = False, functions: bool = True) -> Raised:
     """Rewrite the standard nodes that have an exact ``dml_onnx`` equivalent.
 
     ``positive_rois=True`` vouches that every ROI of every ``RoiAlign`` has a positive width
     and height, which makes ``sampling_ratio=0`` exact too. With ``functions`` (the default)
     the result carries each new node's standard form as a model-local function, so it still
-    runs where the domain's kernels are not installed.
+    runs where the domain's kernels are not installed. ``model``: a path, serialized bytes
+    or a ModelProto (:func:`dml_onnx.graphs.load_model`).
     """
+    model = load_model(model)
     opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "raising")
     types = element_types(model)
@@ -576,7 +580,7 @@ def raise_model(model: onnx.ModelProto, *, positive_rois: bool = False,
         if all(o.domain != DOMAIN for o in result.model.opset_import):
             result.model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
         if functions:
-            result.model = with_functions(result.model)
+            result.model.CopyFrom(with_functions(result.model))
     return result
 
 

@@ -56,6 +56,7 @@ from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import (
     check_structure,
     element_types,
+    load_model,
     subgraphs,
     unused_prefix,
 )
@@ -323,8 +324,8 @@ def _node_of(config: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------- rewriting
-def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
-                     direct: bool = False) -> onnx.ModelProto:
+def to_runtime_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+                     guard: bool = True, direct: bool = False) -> onnx.ModelProto:
     """The model with every ``dml_onnx`` node replaced by its onnxruntime-extensions form.
 
     Raises ``ValueError`` naming operator, node and field for invalid attributes or inputs
@@ -333,9 +334,10 @@ def to_runtime_model(model: onnx.ModelProto, *, guard: bool = True,
     ``guard=False`` leaves out the guard nodes that make such a session fail after a failed
     kernel; only for callers that check :func:`take_error` after every run. ``direct=True``
     (implies ``guard=False``) passes graph inputs and outputs of ``dml_onnx`` nodes outside
-    onnxruntime: only for :class:`InferenceSession`, which runs such a model.
+    onnxruntime: only for :class:`InferenceSession`, which runs such a model. ``model``: a
+    path, serialized bytes or a ModelProto.
     """
-    return _runtime_model(model, guard=guard, direct=direct, strings=True)
+    return _runtime_model(load_model(model), guard=guard, direct=direct, strings=True)
 
 
 def _runtime_model(model: onnx.ModelProto, *, guard: bool, direct: bool,

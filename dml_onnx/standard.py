@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import onnx
 from onnx import TensorProto, helper
 
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.form import MINIMUM_OPSET, NotEquivalent, StandardNode
-from dml_onnx.graphs import check_structure, element_types, unused_prefix
+from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 
@@ -53,14 +54,17 @@ def standard_nodes(definition: OpDefinition, node: onnx.NodeProto, types: dict[s
     return view.nodes
 
 
-def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelProto:
+def lower_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
+                native: bool = True) -> onnx.ModelProto:
     """The model with every ``dml_onnx`` node replaced by standard ops computing the same.
 
     ``native=False`` uses the exact decompositions even where a native op (MaxRoiPool,
     RoiAlign, LpPool, Col2Im) fits. The model keeps its default-domain opset; it loses the
     ``dml_onnx`` import and functions. Raises :class:`NotEquivalent` for an opset below
-    :data:`MINIMUM_OPSET` or an input of unknown element type.
+    :data:`MINIMUM_OPSET` or an input of unknown element type. ``model``: a path, serialized
+    bytes or a ModelProto.
     """
+    model = load_model(model)
     opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "the standard forms")
     types = element_types(model)
@@ -78,13 +82,15 @@ def lower_model(model: onnx.ModelProto, *, native: bool = True) -> onnx.ModelPro
     return result
 
 
-def with_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+def with_functions(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
     """The model with a model-local function for every ``dml_onnx`` node.
 
     Each node gets its own ``overload`` (a digest of what its form depends on: attributes,
     element types, which inputs and outputs it has, the opset), so nodes with equal forms
-    share one function. Earlier ``dml_onnx`` functions are replaced.
+    share one function. Earlier ``dml_onnx`` functions are replaced. ``model``: a path,
+    serialized bytes or a ModelProto.
     """
+    model = load_model(model)
     opset = default_opset(model)  # before the nodes: they follow it
     check_structure(model, "the standard forms")
     types = element_types(model)

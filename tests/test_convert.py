@@ -534,3 +534,24 @@ def test_generated_names_are_new_in_every_scope():
     onnx.checker.check_model(raised, full_check=True)
     top = {o for n in raised.graph.node for o in n.output}
     assert not top & branch_names
+
+
+def test_model_functions_take_a_path_bytes_or_a_model_proto(tmp_path):
+    """lower_model, raise_model (exported beside it, with its frozen report), with_functions
+    and to_runtime_model read a model however it is given."""
+    import dataclasses
+
+    model = _dml_model()
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    for call in (dml_onnx.lower_model, dml_onnx.with_functions, dml_onnx.to_runtime_model):
+        want = call(model).SerializeToString(deterministic=True)
+        for given in (path, str(path), path.read_bytes()):
+            assert call(given).SerializeToString(deterministic=True) == want, call
+    lowered = dml_onnx.lower_model(model)
+    onnx.save(lowered, path)
+    raised = dml_onnx.raise_model(path)
+    assert isinstance(raised, dml_onnx.Raised) and raised.raised
+    assert raised == dml_onnx.raise_model(lowered.SerializeToString())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        raised.model = lowered
