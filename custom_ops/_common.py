@@ -221,24 +221,21 @@ def sliding_block_counts(op: str, node: str, spatial_shape: Sequence[int], windo
 def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``.
 
-    Copied eight channels at a time (a plain strided transpose is about 3x slower), 64
-    channels of one image and a run of its pixels per parallel task (at least two tasks per
-    thread, none under :data:`GRAIN` values); up to :data:`GRAIN` values, in one call."""
+    Up to :data:`GRAIN` values in one numpy call; above, by the compiled tiles of
+    :mod:`custom_ops._layout_loops`, in bands of pixels over the threads (started from
+    compiled code: numpy's strided copies, one task per band of channels, held the interpreter
+    lock between them and took longer at 16 threads than at 2)."""
     n, c, h, w = X.shape
     if X.size <= GRAIN:
         return np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype)
     out = np.empty((n, h * w, c), dtype)
+    if X.dtype == np.float16:  # numba takes no float16: converted first, over the threads
+        X = converted(X, dtype)
     planes = X.reshape(n, c, h * w)
-    groups = n * -(-c // 64)
-    runs = max(1, min(-(-2 * workers() // groups), X.size // (groups * GRAIN)))
-    edges = [h * w * k // runs for k in range(runs + 1)]
-
-    def copy(image: int, first: int, start: int, stop: int) -> None:
-        for c0 in range(first, min(c, first + 64), 8):
-            out[image, start:stop, c0:c0 + 8] = planes[image, c0:c0 + 8, start:stop].T
-    run_parallel([functools.partial(copy, image, first, start, stop)
-                  for image in range(n) for first in range(0, c, 64)
-                  for start, stop in zip(edges, edges[1:])])
+    loops = compiled("_layout_loops")
+    run_bands(bands(n * h * w, X.size),
+              lambda start, stop: loops.transpose_rows(planes, out, start, stop),
+              lambda cuts: loops.transpose_bands(cuts, planes, out))
     return out.reshape(n, h, w, c)
 
 

@@ -235,3 +235,25 @@ def test_run_parallel_tasks_see_the_callers_errstate(monkeypatch):
     with np.errstate(invalid="ignore"):
         common.run_parallel([lambda: seen.append(np.geterr()["invalid"]) for _ in range(4)])
     assert seen == ["ignore"] * 4
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize(("shape", "dtype", "target"), [
+    ((1, 256, 64, 64), np.float32, np.float32),  # above GRAIN: the compiled tiles
+    ((3, 13, 37, 41), np.float16, np.float32),  # bands that cross images, float16 converted
+    ((2, 9, 300, 7), np.float64, np.float64),  # channels not a multiple of the tile
+    ((1, 2, 3, 4), np.float32, np.float32),  # within GRAIN: one numpy call
+])
+def test_channels_last_is_an_exact_transpose(shape, dtype, target, threads):
+    """Any layout, element type and thread count; strided input too."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal(shape).astype(dtype)
+    strided = rng.standard_normal((*shape[:-1], 2 * shape[-1])).astype(dtype)[..., ::2]
+    token = common.thread_limit.set(threads)
+    try:
+        for given in (X, strided):
+            got = common.channels_last(given, np.dtype(target))
+            assert got.flags.c_contiguous and got.dtype == target
+            np.testing.assert_array_equal(got, given.transpose(0, 2, 3, 1).astype(target))
+    finally:
+        common.thread_limit.reset(token)
