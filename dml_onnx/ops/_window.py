@@ -9,7 +9,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from onnx import TensorProto, helper
 
-from custom_ops._common import filled, sliding_block_counts
+from custom_ops._common import sliding_block_counts
+from custom_ops._window import Window
 from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
 
@@ -20,38 +21,6 @@ WINDOW_ATTRIBUTES = (
     Attribute("start_padding", "ints", "Zero padding before each spatial axis.", None, "all 0"),
     Attribute("end_padding", "ints", "Zero padding after each spatial axis.", None, "all 0"),
 )
-
-
-class Window(NamedTuple):
-    """The window attributes of one node with their defaults filled in (k values each)."""
-
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    start: tuple[int, ...]
-    end: tuple[int, ...]
-
-    @classmethod
-    def of(cls, sizes: Sequence[int], attributes: dict[str, Any]) -> Window:
-        """The window ``sizes`` with the other attributes of a node (or a case)."""
-        k = len(sizes)
-        return cls(tuple(int(v) for v in sizes), filled(attributes.get("strides"), k, 1),
-                   filled(attributes.get("dilations"), k, 1),
-                   filled(attributes.get("start_padding"), k, 0),
-                   filled(attributes.get("end_padding"), k, 0))
-
-    @property
-    def k(self) -> int:
-        return len(self.sizes)
-
-    @property
-    def padded(self) -> bool:
-        return any(self.start) or any(self.end)
-
-    @property
-    def spans(self) -> tuple[int, ...]:
-        """``dilation * (window - 1)`` per axis: how far the last tap lies from the first."""
-        return tuple(d * (w - 1) for w, d in zip(self.sizes, self.dilations))
 
 
 def block_counts(op: str, node: str, spatial: Sequence[Dim], window: Sequence[int],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
-from dml_onnx.ops._window import Window
+from custom_ops._window import Window
 
 
 def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
