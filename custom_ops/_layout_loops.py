@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from numba import prange
+import numpy as np
+from numba import prange, types
+from numba.extending import overload
 
 from custom_ops._jit import jit, parallel_jit
 
@@ -13,10 +15,38 @@ float32), which reads and writes whole cache lines."""
 
 
 @jit
+def half_to_float(bits):
+    """The float32 value of the float16 whose bits are ``bits`` (exact: every float16 is a
+    float32; NaN stays NaN, zero keeps its sign)."""
+    exponent = (bits >> 10) & 0x1F
+    mantissa = bits & 0x3FF
+    if exponent == 0:  # zero and subnormals: mantissa * 2^-24
+        value = np.float32(mantissa) * np.float32(5.9604645e-08)
+    elif exponent == 0x1F:
+        value = np.float32(np.inf) if mantissa == 0 else np.float32(np.nan)
+    else:  # (1024 + mantissa) * 2^(exponent - 25), exponent - 25 in [-24, 5]
+        value = np.float32(1024 + mantissa) * np.float32(2.0 ** (exponent - 25))
+    return -value if bits & 0x8000 else value
+
+
+def _value(x):
+    """A value of ``planes`` as ``out`` takes it (compiled through :func:`_value_of`)."""
+    return x
+
+
+@overload(_value)
+def _value_of(x):
+    if isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed:
+        return lambda x: half_to_float(x)  # float16 bits
+    return lambda x: x
+
+
+@jit
 def transpose_rows(planes, out, start, stop):
     """``out[n, p, :] = planes[n, :, p]`` for the flat rows ``n * P + p`` in ``start:stop``
-    (``planes [N, C, P]``, ``out [N, P, C]``, converted to ``out``'s element type), one tile
-    of :data:`PIXELS` pixels by :data:`CHANNELS` channels at a time."""
+    (``planes [N, C, P]``, ``out [N, P, C]``, converted to ``out``'s element type; uint16
+    ``planes`` are float16 bits, see :func:`half_to_float`), one tile of :data:`PIXELS`
+    pixels by :data:`CHANNELS` channels at a time."""
     channels, pixels = planes.shape[1], planes.shape[2]
     row = start
     while row < stop:
@@ -29,7 +59,7 @@ def transpose_rows(planes, out, start, stop):
                 c1 = min(c0 + CHANNELS, channels)
                 for p in range(p0, p1):
                     for c in range(c0, c1):
-                        out[image, p, c] = planes[image, c, p]
+                        out[image, p, c] = _value(planes[image, c, p])
         row += last - first
 
 
