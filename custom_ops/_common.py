@@ -229,7 +229,7 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if X.size <= GRAIN:
         return np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype)
     out = np.empty((n, h * w, c), dtype)
-    planes = X.reshape(n, c, h * w)
+    planes = np.ascontiguousarray(X.reshape(n, c, h * w))  # the compiled signatures' layout
     if X.dtype == np.float16:  # numba takes no float16: its bits, converted in the same pass
         planes = planes.view(np.uint16)
     loops = compiled("_layout_loops")

@@ -68,3 +68,20 @@ def transpose_bands(cuts, planes, out):
     """:func:`transpose_rows` on the bands of rows ``cuts[g]:cuts[g + 1]``, one thread each."""
     for g in prange(cuts.size - 1):
         transpose_rows(planes, out, cuts[g], cuts[g + 1])
+
+
+def _compile_every_signature() -> None:
+    """Compile (or load from the cache) every signature :func:`channels_last` calls, while
+    the module loads on :func:`~custom_ops._common.compiled`'s helper thread: a signal that
+    lands in a compilation on the calling thread breaks the dispatcher for the process ("no
+    compiled object yet")."""
+    for source, target in ((types.float32, types.float32), (types.uint16, types.float32),
+                           (types.float64, types.float64)):
+        out = types.Array(target, 3, "C")
+        for readonly in (False, True):
+            planes = types.Array(source, 3, "C", readonly=readonly)
+            transpose_rows.compile((planes, out, types.int64, types.int64))
+            transpose_bands.compile((types.Array(types.int64, 1, "C"), planes, out))
+
+
+_compile_every_signature()
