@@ -1,8 +1,8 @@
 """How close the rows that stream large inputs come to one pass over memory.
 
-    taskset -c 0 python benchmarks/bandwidth.py [--threads K]
+    taskset -c 0 python -m benchmarks.bandwidth [--threads K]
 
-For every large row of ``benchmarks/run.py`` whose inputs exceed 32 MB (Fold: 58 MB of
+For every large row of ``benchmarks/rows.py`` whose inputs exceed 32 MB (Fold: 58 MB of
 columns in, 6.4 MB out), in milliseconds (best of 15): one read of the inputs (``np.max``,
 vectorised, reading each byte once), one copy of them (``np.copyto`` into a preallocated
 array), our session and the row's onnxruntime peer, each as a time and as the read bandwidth
@@ -12,20 +12,14 @@ on those cores; no kernel that reads its whole input can be faster.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 import dml_onnx
-
-_spec = importlib.util.spec_from_file_location("benchmarks_run", Path(__file__).parent / "run.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+from benchmarks import harness
+from benchmarks.rows import onnxruntime_peer, rows
 
 LARGE_INPUT = 32 << 20
 
@@ -41,11 +35,11 @@ def best_ms(call: Callable[[], object], repeat: int = 15) -> float:
 
 
 def main() -> None:
-    bench.set_threads_from_arguments(__doc__.split("\n\n")[0])
+    threads = harness.threads_argument(__doc__.split("\n\n")[0])
     print("| row | input MB | read ms | copy ms | ours ms | peer ms | read GB/s | ours GB/s | "
           "peer GB/s | ours / read |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in bench.rows(np.random.default_rng(0)):
+    for row in rows(np.random.default_rng(0)):
         arrays = [a for a in row.inputs if a is not None]
         size = sum(a.nbytes for a in arrays)
         if row.tiny or size < LARGE_INPUT or not row.onnxruntime:
@@ -53,10 +47,10 @@ def main() -> None:
         copies = [np.empty_like(a) for a in arrays]
         read = best_ms(lambda: [a.max() for a in arrays])  # noqa: B023 - called at once
         copy = best_ms(lambda: [np.copyto(c, a) for c, a in zip(copies, arrays)])  # noqa: B023
-        session = dml_onnx.InferenceSession(row.model(), bench.session_options())
+        session = dml_onnx.InferenceSession(row.model(), harness.session_options(threads))
         feeds = row.feeds()
         ours = best_ms(lambda: session.run(None, feeds))  # noqa: B023
-        peer = best_ms(bench._onnxruntime_peer(row, *row.onnxruntime).make())
+        peer = best_ms(onnxruntime_peer(row, *row.onnxruntime).make(threads))
         rate = [size / t / 1e6 for t in (read, ours, peer)]
         print(f"| {row.name} | {size / 1e6:.1f} | {read:.2f} | {copy:.2f} | {ours:.2f} | "
               f"{peer:.2f} | {rate[0]:.1f} | {rate[1]:.1f} | {rate[2]:.1f} | "

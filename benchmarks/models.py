@@ -1,7 +1,7 @@
 """Whole detectors: torchvision's Mask R-CNN and Faster R-CNN, stock in plain onnxruntime
 against raised in ``dml_onnx.InferenceSession``, in one run.
 
-    python benchmarks/models.py [--repeat N] [--cores 1,2,16] [--size 512] [--proposals 1000]
+    python -m benchmarks.models [--repeat N] [--cores 1,2,16] [--size 512] [--proposals 1000]
                                 [--only TEXT|TEXT...] [--results DIR]
 
 Each model (random weights, seed 0; ``min_size = max_size = --size``, ``--proposals`` RPN
@@ -16,7 +16,7 @@ onnxruntime's profiler (a second pair of sessions), the node time per run summed
 for the types that take the most time.
 
 With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
-as ``benchmarks/run.py`` does. Writes ``models.md`` to ``--results`` (default:
+as ``python -m benchmarks.run`` does. Writes ``models.md`` to ``--results`` (default:
 ``benchmarks/results``). Needs the ``torch`` extra.
 """
 
@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import functools
 import gc
-import importlib.util
 import io
 import json
 import os
@@ -45,9 +44,9 @@ import onnx
 import onnxruntime as ort
 
 import dml_onnx
+from benchmarks.harness import RESULTS, run_pinned
 from dml_onnx.raising import raise_model
 
-RESULTS = Path(__file__).resolve().parent / "results"
 DETECTORS = {"Mask R-CNN": "maskrcnn_resnet50_fpn", "Faster R-CNN": "fasterrcnn_resnet50_fpn"}
 THRESHOLDS = {"score threshold 0": 0.0, "default threshold": 0.05}
 EXPORTERS = {"TorchScript": False, "dynamo": True}
@@ -87,6 +86,14 @@ def export(name: str, dynamo: bool, size: int, proposals: int, threshold: float
 
     model = _detector(name, size, proposals, threshold)
     image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(1))
+    return onnx_bytes(model, image, dynamo), image.numpy()
+
+
+def onnx_bytes(model, image, dynamo: bool = False) -> bytes:
+    """The ONNX file (opset 18) torch's exporter writes for a detector called on ``[image]``:
+    TorchScript's, or dynamo's with ``dynamo=True``; the exporters' warnings silenced."""
+    import torch
+
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -95,7 +102,7 @@ def export(name: str, dynamo: bool, size: int, proposals: int, threshold: float
             program.save(buffer)
         else:
             torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
-    return buffer.getvalue(), image.numpy()
+    return buffer.getvalue()
 
 
 def _options(cores: int, profile: str = "") -> ort.SessionOptions:
@@ -212,16 +219,6 @@ def run_here(args: argparse.Namespace, cores: int) -> list[Result]:
     return results
 
 
-def _run_script():
-    """``benchmarks/run.py`` as a module (its ``run_pinned``)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_run",
-                                                  Path(__file__).with_name("run.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
 def _ms(value: float) -> str:
     return "—" if value != value else f"{value:.1f}"
 
@@ -287,9 +284,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.cores:
         common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
                   str(args.proposals), "--only", args.only]
-        bench = _run_script()
         results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
-                   for r in bench.run_pinned(cores, common, __file__, Result)]
+                   for r in run_pinned(cores, "benchmarks.models", common, Result)]
     else:
         results = run_here(args, args.threads)
         if args.json:

@@ -1,6 +1,6 @@
 """Our kernel right after another, plain onnxruntime session on the same cores.
 
-    python benchmarks/neighbours.py [--threads K] [--repeat N]
+    python -m benchmarks.neighbours [--threads K] [--repeat N]
 
 A plain session's idle worker threads spin for a while after each run (onnxruntime's
 default), on the cores our next kernel call needs. The script times one RoiAlign1 node

@@ -1,6 +1,6 @@
 """Time every operator through ``dml_onnx.InferenceSession`` against its native peers, in one run.
 
-    python benchmarks/run.py [--repeat N] [--only TEXT] [--results DIR] [--cores 1,2,16]
+    python -m benchmarks.run [--repeat N] [--only TEXT] [--results DIR] [--cores 1,2,16]
 
 Each row runs one ``dml_onnx`` node and then each of its peers on the same inputs (one side's
 samples after the other's: see :func:`measure`), and reports the median time of each, the
@@ -25,123 +25,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
-import tempfile
-import time
-import tracemalloc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 import dml_onnx
-from dml_onnx.conformance import single_node_model
-
-RESULTS = Path(__file__).resolve().parent / "results"
-SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
-SETTLE = 0.3
-"""Seconds of pause before each side's samples."""
-threads = 0
-"""Threads every side may use (``--threads``; 0: each library's default)."""
-
-
-def set_threads_from_arguments(description: str) -> None:
-    """Parse a script's one option, ``--threads K``, into :data:`threads`."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="onnxruntime intra-op threads of every session (0: default)")
-    global threads
-    threads = parser.parse_args().threads
-
-
-def session_options() -> ort.SessionOptions:
-    """Session options with :data:`threads` as onnxruntime's intra-op thread count."""
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    return options
-
-
-def _torch():
-    """torch with :data:`threads` threads."""
-    import torch
-    if threads:
-        torch.set_num_threads(threads)
-    return torch
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """How our output must compare with a peer's: exactly, or within a tolerance."""
-
-    rtol: float = 0.0
-    atol: float = 0.0
-
-    def check(self, ours: np.ndarray, peer: np.ndarray) -> tuple[bool, float]:
-        """(agrees, largest absolute difference)."""
-        ours, peer = np.asarray(ours), np.asarray(peer)
-        if ours.shape != peer.shape:
-            return False, math.inf
-        diff = float(np.max(np.abs(ours.astype(np.float64) - peer.astype(np.float64)),
-                            initial=0.0))
-        if not self.rtol and not self.atol:
-            return bool(np.array_equal(ours, peer)), diff
-        return bool(np.allclose(ours, peer, rtol=self.rtol, atol=self.atol)), diff
-
-    def describe(self) -> str:
-        return "exact" if not self.rtol and not self.atol else f"rtol {self.rtol:g}"
-
-
-EXACT = Agreement()
-
-
-@dataclass
-class Peer:
-    """A peer of a row: ``make()`` returns its call (returning its output) or ``None`` when
-    the library it needs is missing (``missing`` says which); ``comparable`` turns its output
-    into what ours is compared with (outside the timing)."""
-
-    label: str
-    make: Callable[[], Callable[[], np.ndarray] | None]
-    agreement: Agreement
-    missing: str = ""
-    comparable: Callable[[np.ndarray], np.ndarray] = np.asarray
-
-
-@dataclass
-class Row:
-    """One benchmark row: a node of ``op`` on ``inputs`` and the peers it is compared with."""
-
-    name: str
-    op: str
-    inputs: tuple[np.ndarray | None, ...]
-    attributes: dict
-    target: float
-    peers: list[Peer] = field(default_factory=list)
-    outputs: tuple[bool, ...] = (True,)
-    tiny: bool = False
-    onnxruntime: tuple[str, Agreement] | None = None
-    """Add onnxruntime on the node's standard form as a peer: (its main ops, agreement)."""
-
-    def model(self):
-        definition = dml_onnx.OPERATORS_BY_NAME[self.op]
-        return single_node_model(definition, self.inputs, self.attributes, self.outputs)
-
-    def feeds(self) -> dict[str, np.ndarray]:
-        definition = dml_onnx.OPERATORS_BY_NAME[self.op]
-        return {p.name: a for p, a in zip(definition.inputs, self.inputs) if a is not None}
+from benchmarks.harness import (
+    RESULTS,
+    environment,
+    load_average,
+    measure,
+    run_pinned,
+    session_options,
+    summary,
+    temporaries,
+)
+from benchmarks.rows import Row, onnxruntime_peer, rows
 
 
 @dataclass
 class Result:
+    """One row against one peer: medians in ms, spreads, the output check, our temporaries."""
+
     row: str
     peer: str
     target: float
@@ -161,266 +71,15 @@ class Result:
         return "" if math.isnan(self.ratio) else ("yes" if self.ratio <= self.target else "no")
 
 
-# ----------------------------------------------------------------------------- peers
-def _onnxruntime_peer(row: Row, ops: str, agreement: Agreement) -> Peer:
-    def make() -> Callable[[], np.ndarray]:
-        standard = dml_onnx.lower_model(row.model())
-        session = ort.InferenceSession(standard.SerializeToString(), session_options(),
-                                       providers=["CPUExecutionProvider"])
-        feeds = row.feeds()
-        return lambda: session.run(None, feeds)[0]
-    return Peer(f"onnxruntime {ops}", make, agreement)
-
-
-def _torch_unfold_peer(x: np.ndarray, window: int, padding: int) -> Peer:
-    def make() -> Callable[[], np.ndarray] | None:
-        try:
-            torch = _torch()
-        except ImportError:
-            return None
-        tensor = torch.from_numpy(x)
-        return lambda: torch.nn.functional.unfold(tensor, window, padding=padding).numpy()
-    return Peer("torch unfold", make, EXACT, missing="torch")
-
-
-def _torchvision_backward_peer(x: np.ndarray, boxes: np.ndarray, batch: np.ndarray,
-                               gradient: np.ndarray, output: int, scale: float,
-                               sampling: int) -> Peer:
-    def make() -> Callable[[], np.ndarray] | None:
-        try:
-            torch = _torch()
-            import torchvision
-        except ImportError:
-            return None
-        image = torch.from_numpy(x).requires_grad_(True)
-        regions = torch.from_numpy(np.concatenate([batch[:, None], boxes], 1).astype(x.dtype))
-        y = torchvision.ops.roi_align(image, regions, output, scale, sampling, aligned=True)
-        g = torch.from_numpy(gradient)
-        # the backward alone: the forward graph is kept
-        return lambda: torch.autograd.grad(y, image, g, retain_graph=True)[0].numpy()
-    return Peer("torchvision roi_align backward", make, Agreement(1e-4, 1e-4),
-                missing="torch, torchvision")
-
-
-def _float32_peer(row: Row) -> Peer:
-    """Ours on the same values in float32, rounded to float16 afterwards: the spec's float16
-    rule (compute in float32, round once) makes the two equal."""
-    def make() -> Callable[[], np.ndarray]:
-        wide = tuple(a.astype(np.float32) if a is not None and a.dtype == np.float16 else a
-                     for a in row.inputs)
-        wide_row = Row(row.name, row.op, wide, row.attributes, row.target, outputs=row.outputs)
-        session = dml_onnx.InferenceSession(wide_row.model(), session_options())
-        feeds = wide_row.feeds()
-        return lambda: session.run(None, feeds)[0]
-    return Peer("ours float32", make, EXACT, comparable=lambda y: y.astype(np.float16))
-
-
-# ----------------------------------------------------------------------------- rows
-def _rois(rng: np.random.Generator, count: int, image: int) -> np.ndarray:
-    """ROIs ``[x1, y1, x2, y2]`` in an ``image``-pixel square, 16 to 512 pixels across."""
-    size = rng.uniform(16, 512, (count, 2))
-    corner = rng.uniform(0, image - size)
-    return np.concatenate([corner, corner + size], axis=1).astype(np.float32)
-
-
-FPN_LEVELS = ((2, 200, 272), (3, 100, 136), (4, 50, 68), (5, 25, 34))
-"""(level k, H, W) of an FPN's P2-P5 maps for an 800x1088 image (spatial scale 2 ** -k)."""
-
-
-def _fpn_rows(rng: np.random.Generator, align: dict, agreement: tuple) -> list[Row]:
-    """RoiAlign1 on each FPN level of an 800x1088 image, as a detector's box head calls it:
-    1000 proposals (16 to 512 pixels across) dealt to the levels by torchvision's level mapper
-    (``floor(4 + log2(sqrt(area) / 224))`` clamped to 2..5), each level's share on its map."""
-    size = rng.uniform(16, 512, (1000, 2))
-    corner = rng.uniform(0, np.array([1088, 800]) - size)
-    boxes = np.concatenate([corner, corner + size], axis=1).astype(np.float32)
-    levels = np.clip(np.floor(4 + np.log2(np.sqrt(size.prod(axis=1)) / 224) + 1e-6), 2, 5)
-    result = []
-    for k, height, width in FPN_LEVELS:
-        chosen = boxes[levels == k]
-        feature = rng.standard_normal((1, 256, height, width)).astype(np.float32)
-        attributes = {**align, "spatial_scale_x": 2.0 ** -k, "spatial_scale_y": 2.0 ** -k}
-        result.append(Row(f"RoiAlign1 FPN P{k}, {len(chosen)} ROIs, X [1,256,{height},{width}]",
-                          "RoiAlign1", (feature, chosen, np.zeros(len(chosen), np.int64)),
-                          {"output_size": [7, 7], **attributes}, 0.7,
-                          onnxruntime=agreement))
-    return result
-
-
-def rows(rng: np.random.Generator) -> list[Row]:
-    """The rows of the issue's target table, then the tiny cases, then float16 ones."""
-    feature = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
-    volume = rng.standard_normal((2, 16, 16, 32, 32)).astype(np.float32)
-    columns = rng.standard_normal((8, 576, 3136)).astype(np.float32)
-    image = rng.standard_normal((2, 256, 64, 64)).astype(np.float32)
-    boxes = _rois(rng, 512, 1024)
-    batch = rng.integers(0, 2, 512)
-    pool_rois = np.concatenate([batch[:, None].astype(np.float32), boxes], axis=1)
-    gradient = rng.standard_normal((512, 256, 7, 7)).astype(np.float32)
-    window = {"window_sizes": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
-    pad = {"start_padding": [1, 1], "end_padding": [1, 1]}
-    align = {"spatial_scale_x": 1 / 16, "spatial_scale_y": 1 / 16,
-             "minimum_samples_per_output": 2, "maximum_samples_per_output": 2}
-    grad_attributes = {**align, "input_shape": list(image.shape)}
-
-    tiny = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
-    tiny_box = np.array([[1, 1, 6, 5]], np.float32)
-    tiny_batch = np.zeros(1, np.int64)
-    tiny_columns = rng.standard_normal((1, 9, 64)).astype(np.float32)
-    tiny_gradient = rng.standard_normal((1, 1, 2, 2)).astype(np.float32)
-    tiny_align = {"minimum_samples_per_output": 2, "maximum_samples_per_output": 2}
-
-    close = Agreement(1e-5, 1e-5)
-    lp_pool, col2im = ("LpPool", close), ("Col2Im", close)
-    gather, max_roi_pool = ("Pad+Gather", EXACT), ("MaxRoiPool", EXACT)
-    roi_align = ("RoiAlign", Agreement(1e-4, 1e-4))
-    big = [
-        Row("LpPooling p=2, 3x3, pad 1, X [8,64,56,56]", "LpPooling", (feature,),
-            {"window_size": [3, 3], **pad}, 0.3, onnxruntime=lp_pool),
-        Row("LpPooling p=3, 3x3x3, X [2,16,16,32,32]", "LpPooling", (volume,),
-            {"window_size": [3, 3, 3], "p": 3}, 0.5, onnxruntime=lp_pool),
-        Row("Unfold 3x3, pad 1, X [8,64,56,56]", "Unfold", (feature,), window, 0.5,
-            [_torch_unfold_peer(feature, 3, 1)], onnxruntime=gather),
-        Row("Fold 3x3, pad 1, [8,576,3136] -> [8,64,56,56]", "Fold", (columns,),
-            {**window, "output_size": [56, 56]}, 0.5, onnxruntime=col2im),
-        Row("RoiPooling 7x7, 512 ROIs, X [2,256,64,64]", "RoiPooling", (image, pool_rois),
-            {"pooled_size": [7, 7], "spatial_scale": 1 / 16}, 0.7, onnxruntime=max_roi_pool),
-        Row("RoiAlign1 avg, sampling 2, 7x7, 512 ROIs", "RoiAlign1", (image, boxes, batch),
-            {"output_size": [7, 7], **align}, 1.0, onnxruntime=roi_align),
-        Row("RoiAlignGrad dX, same", "RoiAlignGrad", (None, gradient, boxes, batch),
-            grad_attributes, 0.3,
-            [_torchvision_backward_peer(image, boxes, batch, gradient, 7, 1 / 16, 2)],
-            outputs=(True, False)),
-        *_fpn_rows(rng, align, roi_align),
-    ]
-    small = [
-        Row("LpPooling tiny, X [1,1,8,8]", "LpPooling", (tiny,),
-            {"window_size": [3, 3], **pad}, 2.0, onnxruntime=lp_pool),
-        Row("Unfold tiny, X [1,1,8,8]", "Unfold", (tiny,), window, 2.0,
-            [_torch_unfold_peer(tiny, 3, 1)], onnxruntime=gather),
-        Row("Fold tiny, [1,9,64] -> [1,1,8,8]", "Fold", (tiny_columns,),
-            {**window, "output_size": [8, 8]}, 2.0, onnxruntime=col2im),
-        Row("RoiPooling tiny, 1 ROI, X [1,1,8,8]", "RoiPooling",
-            (tiny, np.concatenate([tiny_batch[:, None], tiny_box], 1).astype(np.float32)),
-            {"pooled_size": [2, 2]}, 2.0, onnxruntime=max_roi_pool),
-        Row("RoiAlign1 tiny, 1 ROI, X [1,1,8,8]", "RoiAlign1", (tiny, tiny_box, tiny_batch),
-            {"output_size": [2, 2], **tiny_align}, 2.0, onnxruntime=roi_align),
-        Row("RoiAlignGrad dX tiny, 1 ROI, X [1,1,8,8]", "RoiAlignGrad",
-            (None, tiny_gradient, tiny_box, tiny_batch),
-            {**tiny_align, "input_shape": list(tiny.shape)}, 2.0,
-            [_torchvision_backward_peer(tiny, tiny_box, tiny_batch, tiny_gradient, 2, 1.0, 2)],
-            outputs=(True, False)),
-    ]
-    for row in small:
-        row.tiny = True
-    half = []
-    for row in big:
-        inputs = tuple(a.astype(np.float16) if a is not None and a.dtype == np.float32 else a
-                       for a in row.inputs)
-        if row.op == "RoiPooling":  # batch ids and corners stay exact in float16
-            inputs = (inputs[0], np.round(row.inputs[1]).astype(np.float16))
-        half_row = Row(f"{row.name.split(',')[0]} float16", row.op, inputs, row.attributes,
-                       1.5, outputs=row.outputs)
-        half_row.peers = [_float32_peer(half_row)]
-        half.append(half_row)
-    return big + small + half
-
-
-# ----------------------------------------------------------------------------- measuring
-def _sample(call: Callable[[], object], inner: int) -> float:
-    start = time.perf_counter()
-    for _ in range(inner):
-        call()
-    return (time.perf_counter() - start) / inner
-
-
-def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
-            ) -> list[list[float]]:
-    """Seconds per call, ``repeat`` samples of each call, one call after the other (ours
-    first).
-
-    Not alternated: onnxruntime's worker threads keep spinning for a while after a parallel
-    kernel (measured: still slowing down the next call on the same cores 0.2 s later; on the
-    16-core server a peer's spinning made the next row's LpPooling 3-D 5x slower), which
-    would slow down the other side's samples, not the call that caused it. Each call's
-    samples follow a pause of :data:`SETTLE` seconds and an untimed call; no call runs before
-    the calls ahead of it are timed, and a peer's session (and its threads) is gone before the
-    next row starts."""
-    samples: list[list[float]] = [[] for _ in calls]
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for k, call in enumerate(calls):
-            time.sleep(SETTLE)
-            call()
-            inner = 1  # a tiny call repeats in a sample until the sample is long enough to time
-            if tiny:
-                inner = max(1, int(SAMPLE_SECONDS / max(_sample(call, 20), 1e-7)))
-            samples[k] = [_sample(call, inner) for _ in range(repeat)]
-    finally:
-        if enabled:
-            gc.enable()
-    return samples
-
-
-def summary(samples: list[float]) -> tuple[float, float]:
-    """Median in ms and spread: interquartile range over the median."""
-    q1, median, q3 = np.percentile(samples, [25, 50, 75])
-    return median * 1e3, (q3 - q1) / median
-
-
-def traced_peak(call: Callable[[], Sequence[np.ndarray]]) -> tuple[int, Sequence[np.ndarray]]:
-    """The peak numpy allocation of one call beyond what was allocated before it
-    (``tracemalloc``), and the call's outputs."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        outputs = call()
-        return tracemalloc.get_traced_memory()[1] - before, outputs
-    finally:
-        tracemalloc.stop()
-
-
-def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
-    """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
-    the peak numpy allocation (:func:`traced_peak`) and, on Linux, the growth of the
-    process's peak resident memory (which also sees onnxruntime's own buffers)."""
-    gc.collect()
-    resident = _reset_peak_resident()
-    peak, outputs = traced_peak(call)
-    if resident is not None:
-        peak = max(peak, _resident("VmHWM") - resident)
-    size = sum(np.asarray(o).nbytes for o in outputs if o is not None)
-    return (peak - size) / size if size else math.nan
-
-
-def _resident(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
-def _reset_peak_resident() -> int | None:
-    """Reset the peak resident size to the current one (Linux); that size, or None."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")
-        return _resident("VmRSS")
-    except (OSError, KeyError):
-        return None
-
-
-def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
-    session = dml_onnx.InferenceSession(row.model(), session_options())
+def run_row(row: Row, repeat: int, threads: int, log: Callable[[str], None]) -> list[Result]:
+    """Our node and its peers on ``threads`` threads: medians, agreement, our temporaries."""
+    session = dml_onnx.InferenceSession(row.model(), session_options(threads))
     feeds = row.feeds()
     ours = lambda: session.run(None, feeds)[0]  # noqa: E731
     peers = list(row.peers)
     if row.onnxruntime is not None:
-        peers.insert(0, _onnxruntime_peer(row, *row.onnxruntime))
-    made = [(peer, peer.make()) for peer in peers]
+        peers.insert(0, onnxruntime_peer(row, *row.onnxruntime))
+    made = [(peer, peer.make(threads)) for peer in peers]
     calls = [ours, *(call for _, call in made if call is not None)]
     # timed before any peer has run: onnxruntime's workers spin on the cores for a while
     # after a parallel kernel, which would slow down our samples
@@ -444,7 +103,6 @@ def run_row(row: Row, repeat: int, log: Callable[[str], None]) -> list[Result]:
     return out
 
 
-# ----------------------------------------------------------------------------- reporting
 def _ms(value: float) -> str:
     if math.isnan(value):
         return "-"
@@ -464,39 +122,6 @@ def table(results: Sequence[Result]) -> str:
                      f"{_ms(r.peer_ms)} | {spread} | {ratio} | <= {r.target:g} | {r.met} | "
                      f"{r.agrees} | {temp} |")
     return "\n".join(lines)
-
-
-def environment(repeat: int, load: tuple[float, float]) -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{platform.machine()}, {os.cpu_count()} cores ({cores} usable), {_cpu_name()}, "
-            f"Python {platform.python_version()}, onnxruntime {ort.__version__}, numpy "
-            f"{np.__version__}{_torch_versions()}; {repeat} samples per call (tiny cases: "
-            f"each sample averages a loop of about {SAMPLE_SECONDS * 1e3:g} ms); 1-minute load "
-            f"average {load[0]:.1f} before the run, {load[1]:.1f} after")
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _load() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-
-
-def _torch_versions() -> str:
-    try:
-        import torch
-        import torchvision
-    except ImportError:
-        return "; torch/torchvision not installed"
-    return f", torch {torch.__version__}, torchvision {torchvision.__version__}"
 
 
 LEGEND = ("ratio = median ours / median peer (below 1: we are faster); spread = "
@@ -540,26 +165,7 @@ def cores_markdown(by_cores: dict[int, list[Result]], repeat: int,
     return "".join(parts)
 
 
-def run_pinned(cores: int, argv: Sequence[str], script: str = __file__,
-               result: type = Result) -> list:
-    """``script``'s rows (this one's by default) in a child process pinned to the first
-    ``cores`` usable CPUs, given ``--threads cores`` and ``--json FILE``, read back as
-    ``result`` records."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if cores > len(cpus):
-        raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
-    chosen = set(cpus[:cores])
-    with tempfile.TemporaryDirectory() as folder:
-        found = Path(folder) / "results.json"
-        subprocess.run([sys.executable, script, *argv, "--threads", str(cores),
-                        "--json", str(found)],
-                       preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
-                       stdout=subprocess.DEVNULL)
-        return [result(**fields) for fields in json.loads(found.read_text())]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    global threads
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=21, help="samples per call (default 21)")
     parser.add_argument("--only", default="", help="run the rows whose name contains this")
@@ -571,20 +177,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    threads = args.threads
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    load_before = _load()
+    load_before = load_average()
     args.results.mkdir(parents=True, exist_ok=True)
     if args.cores:
         by_cores = {}
         for cores in sorted({int(k) for k in args.cores.split(",")}):
             log(f"== {cores} core(s)")
-            by_cores[cores] = run_pinned(cores, ["--repeat", str(args.repeat),
-                                                 "--only", args.only])
-        text = cores_markdown(by_cores, args.repeat, (load_before, _load()))
+            by_cores[cores] = run_pinned(cores, "benchmarks.run", ["--repeat", str(args.repeat),
+                                                                   "--only", args.only], Result)
+        text = cores_markdown(by_cores, args.repeat, (load_before, load_average()))
         print(text)
         (args.results / "benchmarks.md").write_text(text)
         log(f"wrote {args.results / 'benchmarks.md'}")
@@ -593,11 +198,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: list[Result] = []
     for index, row in enumerate(chosen, 1):
         log(f"[{index}/{len(chosen)}] {row.name}")
-        results += run_row(row, args.repeat, log)
+        results += run_row(row, args.repeat, args.threads, log)
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
         return
-    text = markdown(results, args.repeat, (load_before, _load()))
+    text = markdown(results, args.repeat, (load_before, load_average()))
     print(text)
     (args.results / "benchmarks.md").write_text(text)
     log(f"wrote {args.results / 'benchmarks.md'}")

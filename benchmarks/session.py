@@ -1,6 +1,6 @@
 """Session creation: ``dml_onnx.InferenceSession`` against plain onnxruntime on one detector.
 
-    python benchmarks/session.py [--repeat N] [--threads K]
+    python -m benchmarks.session [--repeat N] [--threads K]
 
 torchvision's ``maskrcnn_resnet50_fpn`` (random weights, 3x320x320 image; needs the ``torch``
 extra) is exported by torch's TorchScript exporter, whose file has eight ``RoiAlign`` nodes,
@@ -17,11 +17,9 @@ raises the peak resident memory.
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +28,7 @@ import onnx
 import onnxruntime as ort
 
 import dml_onnx
+from benchmarks.models import onnx_bytes
 from dml_onnx.raising import raise_model
 
 
@@ -42,11 +41,7 @@ def _export(folder: Path) -> tuple[Path, Path, np.ndarray]:
     model = torchvision.models.detection.maskrcnn_resnet50_fpn(
         weights=None, weights_backbone=None, num_classes=91, min_size=320, max_size=320).eval()
     image = torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(1))
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
-    stock = onnx.load_from_string(buffer.getvalue())
+    stock = onnx.load_from_string(onnx_bytes(model, image))
     raised = raise_model(stock)
     counts = [sum(n.op_type == op for n in m.graph.node)
               for m, op in ((stock, "RoiAlign"), (raised.model, "RoiAlign1"))]

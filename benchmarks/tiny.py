@@ -1,8 +1,8 @@
 """Where the time of a tiny call goes: the benchmark's tiny rows, split into their parts.
 
-    python benchmarks/tiny.py [--threads K]
+    python -m benchmarks.tiny [--threads K]
 
-Per tiny row of ``benchmarks/run.py``, in microseconds per call (best of several loops):
+Per tiny row of ``benchmarks/rows.py``, in microseconds per call (best of several loops):
 
 - **native**: the row's first peer (onnxruntime's own kernel on the standard form);
 - **Python floor**: a session whose one node is a Python operator that returns its one-value
@@ -17,11 +17,8 @@ Per tiny row of ``benchmarks/run.py``, in microseconds per call (best of several
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -29,12 +26,9 @@ from onnx import TensorProto, helper
 from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 import dml_onnx
+from benchmarks import harness
+from benchmarks.rows import Row, onnxruntime_peer, rows
 from dml_onnx.builders import IR_VERSION
-
-_spec = importlib.util.spec_from_file_location("benchmarks_run", Path(__file__).parent / "run.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
 
 LOOPS = 2000
 
@@ -60,7 +54,7 @@ def per_call(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
     return {name: seconds * 1e6 for name, seconds in best.items()}
 
 
-def floor_session() -> Callable[[], object]:
+def floor_session(threads: int) -> Callable[[], object]:
     """A session of one Python operator returning its one-value float input: the cost of
     reaching Python from onnxruntime and back."""
     x = np.zeros(1, np.float32)
@@ -71,14 +65,14 @@ def floor_session() -> Callable[[], object]:
                           [value("y", TensorProto.FLOAT, list(x.shape))]),
         opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.contrib", 1)],
         ir_version=IR_VERSION)
-    options = bench.session_options()
+    options = harness.session_options(threads)
     options.register_custom_ops_library(get_library_path())
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return lambda: session.run(None, {"x": x})
 
 
-def kernel_call(row: bench.Row) -> Callable[[], object]:
+def kernel_call(row: Row) -> Callable[[], object]:
     definition = dml_onnx.OPERATORS_BY_NAME[row.op]
     node = row.model().graph.node[0]
     run = definition.bind_kernel(definition.node_attributes(node), "tiny", row.outputs)
@@ -86,19 +80,19 @@ def kernel_call(row: bench.Row) -> Callable[[], object]:
 
 
 def main() -> None:
-    bench.set_threads_from_arguments(__doc__.split("\n\n")[0])
+    threads = harness.threads_argument(__doc__.split("\n\n")[0])
     print("| tiny row | native µs | Python floor µs | kernel µs | session µs | rest µs | "
           "session / native |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for row in bench.rows(np.random.default_rng(0)):
+    for row in rows(np.random.default_rng(0)):
         if not row.tiny:
             continue
-        session = dml_onnx.InferenceSession(row.model(), bench.session_options())
+        session = dml_onnx.InferenceSession(row.model(), harness.session_options(threads))
         feeds = row.feeds()
-        peer = (bench._onnxruntime_peer(row, *row.onnxruntime) if row.onnxruntime
+        peer = (onnxruntime_peer(row, *row.onnxruntime) if row.onnxruntime
                 else row.peers[0])
-        native_call = peer.make()
-        times = per_call({"floor": floor_session(), "kernel": kernel_call(row),
+        native_call = peer.make(threads)
+        times = per_call({"floor": floor_session(threads), "kernel": kernel_call(row),
                           "ours": lambda: session.run(None, feeds),  # noqa: B023 - at once
                           **({"native": native_call} if native_call else {})})
         native = times.get("native", float("nan"))

@@ -4,29 +4,19 @@ peers; and the memory bound at its sizes."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 
 import dml_onnx
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("benchmarks_run", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import bandwidth, models, neighbours, run
+from benchmarks.harness import traced_peak
+from benchmarks.rows import rows as benchmark_rows
 
 
 def test_every_target_row_is_there_with_a_peer():
-    bench = _load()
-    rows = bench.rows(np.random.default_rng(0))
+    rows = benchmark_rows(np.random.default_rng(0))
     names = [row.name for row in rows]
     assert len(names) == len(set(names))
     for op in dml_onnx.OPERATORS_BY_NAME:
@@ -37,16 +27,15 @@ def test_every_target_row_is_there_with_a_peer():
 
 
 def test_table_reports_ratio_target_and_missing_peers():
-    bench = _load()
-    met = bench.Result("Fold big", "onnxruntime Col2Im", 0.5, ours_ms=2.0, ours_spread=0.1,
+    met = run.Result("Fold big", "onnxruntime Col2Im", 0.5, ours_ms=2.0, ours_spread=0.1,
                        peer_ms=5.0, peer_spread=0.05, agrees="yes", temporaries=0.25)
-    missed = bench.Result("Fold tiny", "onnxruntime Col2Im", 2.0, ours_ms=0.03,
+    missed = run.Result("Fold tiny", "onnxruntime Col2Im", 2.0, ours_ms=0.03,
                           ours_spread=0.02, peer_ms=0.01, peer_spread=0.02, agrees="yes")
-    missing = bench.Result("Unfold big", "torch unfold", 0.5, ours_ms=3.0, ours_spread=0.1,
+    missing = run.Result("Unfold big", "torch unfold", 0.5, ours_ms=3.0, ours_spread=0.1,
                            agrees="peer missing (torch not importable)")
     assert (met.ratio, met.met) == (0.4, "yes")
     assert missed.met == "no" and math.isnan(missing.ratio) and missing.met == ""
-    lines = bench.markdown([met, missed, missing], 5, (0.5, 1.0)).splitlines()
+    lines = run.markdown([met, missed, missing], 5, (0.5, 1.0)).splitlines()
     rows = [line for line in lines if line.startswith("| ") and "benchmark" not in line]
     assert rows[0].split(" | ")[6:10] == ["0.40", "<= 0.5", "yes", "yes"]
     assert rows[1].split(" | ")[6:9] == ["3.00", "<= 2", "no"]
@@ -59,24 +48,20 @@ def test_float32_rows_allocate_at_most_one_output_sized_temporary():
     its outputs stay within one output-sized temporary, plus 5% for the fixed-size scratch."""
     import dml_onnx
 
-    bench = _load()
-    for row in bench.rows(np.random.default_rng(0)):
+    for row in benchmark_rows(np.random.default_rng(0)):
         if row.tiny or "float16" in row.name:
             continue
         session = dml_onnx.InferenceSession(row.model())
         feeds = row.feeds()
         session.run(None, feeds)  # plans and caches are built on the first call
-        peak, outputs = bench.traced_peak(functools.partial(session.run, None, feeds))
+        peak, outputs = traced_peak(functools.partial(session.run, None, feeds))
         size = sum(o.nbytes for o in outputs if o is not None)
         assert peak - size <= 1.05 * size, (row.name, (peak - size) / size)
 
 
 def test_the_bandwidth_script_reports_each_streaming_row(capsys, monkeypatch):
     """benchmarks/bandwidth.py runs, and its rows hold positive times and their ratios."""
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_bandwidth", SCRIPT.parent / "bandwidth.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bandwidth
     monkeypatch.setattr(sys, "argv", ["bandwidth.py", "--threads", "1"])
     monkeypatch.setattr(module, "best_ms", functools.partial(module.best_ms, repeat=1))
     module.main()
@@ -91,10 +76,7 @@ def test_the_bandwidth_script_reports_each_streaming_row(capsys, monkeypatch):
 def test_the_neighbours_script_reports_ours_alone_and_after_a_plain_session(capsys,
                                                                             monkeypatch):
     """benchmarks/neighbours.py runs and prints one row of positive times."""
-    spec = importlib.util.spec_from_file_location(
-        "benchmarks_neighbours", SCRIPT.parent / "neighbours.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = neighbours
     monkeypatch.setattr(sys, "argv", ["neighbours.py", "--threads", "1", "--repeat", "1"])
     module.main()
     row = capsys.readouterr().out.splitlines()[2].split(" | ")
@@ -105,11 +87,7 @@ def test_the_neighbours_script_reports_ours_alone_and_after_a_plain_session(caps
 def test_the_models_script_reports_ratios_failures_and_op_types():
     """benchmarks/models.py's report (not its timings): the ROI nodes' ratio, a failed export,
     dml_onnx op types recognised in profiler names, and the output check."""
-    spec = importlib.util.spec_from_file_location("benchmarks_models",
-                                                  SCRIPT.parent / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = models
     done = module.Result("Mask R-CNN, TorchScript, default threshold", 2, stock_ms=100.0,
                          raised_ms=90.0, stock_nodes={"RoiAlign": 20.0, "Conv": 50.0},
                          raised_nodes={"RoiAlign1": 5.0, "Conv": 50.0}, agrees="yes")

@@ -289,21 +289,16 @@ def test_exported_torchvision_detector_detects_what_torch_detects(builder, size)
     got = dml_onnx.InferenceSession(exported).run(None, feeds)
     # dml-onnx raise on the file torch.onnx.export writes: every RoiAlign raised, and the
     # detections exactly those of plain onnxruntime on that file
-    import io
-    import warnings
-
     import onnx
     import onnxruntime as ort
 
+    from benchmarks.models import onnx_bytes
     from dml_onnx.raising import raise_model
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
-    stock = onnx.load_from_string(buffer.getvalue())
+    stock_file = onnx_bytes(model, image)
+    stock = onnx.load_from_string(stock_file)
     raised = raise_model(stock)
     assert raised.kept == {} and len(raised.raised) == op_types.count("RoiAlign1")
-    plain = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    plain = ort.InferenceSession(stock_file, providers=["CPUExecutionProvider"])
     for g, w in zip(dml_onnx.InferenceSession(raised.model).run(None, feeds),
                     plain.run(None, feeds), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)

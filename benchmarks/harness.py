@@ -1,0 +1,191 @@
+"""What every benchmark script shares: session options and torch at a thread count, timing
+(samples, medians, spreads), memory (``tracemalloc`` and the peak resident size), the machine's
+description, and child processes pinned to k CPUs.
+
+Every side of a comparison gets the same threads: a script's ``--threads K`` is passed to
+:func:`session_options` and :func:`torch_threads` explicitly (0: each library's default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
+SETTLE = 0.3
+"""Seconds of pause before each side's samples."""
+
+
+def threads_argument(description: str) -> int:
+    """Parse a script's one option, ``--threads K`` (0: each library's default)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime intra-op threads of every session (0: default)")
+    return parser.parse_args().threads
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """Session options with ``threads`` intra-op threads (0: onnxruntime's default)."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def torch_threads(threads: int):
+    """torch, set to ``threads`` threads (0: its default); ImportError where it is missing."""
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    return torch
+
+
+def _sample(call: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        call()
+    return (time.perf_counter() - start) / inner
+
+
+def measure(calls: Sequence[Callable[[], object]], repeat: int, tiny: bool
+            ) -> list[list[float]]:
+    """Seconds per call, ``repeat`` samples of each call, one call after the other (ours
+    first).
+
+    Not alternated: onnxruntime's worker threads keep spinning for a while after a parallel
+    kernel (measured: still slowing down the next call on the same cores 0.2 s later; on the
+    16-core server a peer's spinning made the next row's LpPooling 3-D 5x slower), which
+    would slow down the other side's samples, not the call that caused it. Each call's
+    samples follow a pause of :data:`SETTLE` seconds and an untimed call; no call runs before
+    the calls ahead of it are timed, and a peer's session (and its threads) is gone before the
+    next row starts."""
+    samples: list[list[float]] = [[] for _ in calls]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for k, call in enumerate(calls):
+            time.sleep(SETTLE)
+            call()
+            inner = 1  # a tiny call repeats in a sample until the sample is long enough to time
+            if tiny:
+                inner = max(1, int(SAMPLE_SECONDS / max(_sample(call, 20), 1e-7)))
+            samples[k] = [_sample(call, inner) for _ in range(repeat)]
+    finally:
+        if enabled:
+            gc.enable()
+    return samples
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    """Median in ms and spread: interquartile range over the median."""
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    return median * 1e3, (q3 - q1) / median
+
+
+def traced_peak(call: Callable[[], Sequence[np.ndarray]]) -> tuple[int, Sequence[np.ndarray]]:
+    """The peak numpy allocation of one call beyond what was allocated before it
+    (``tracemalloc``), and the call's outputs."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        outputs = call()
+        return tracemalloc.get_traced_memory()[1] - before, outputs
+    finally:
+        tracemalloc.stop()
+
+
+def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
+    """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
+    the peak numpy allocation (:func:`traced_peak`) and, on Linux, the growth of the
+    process's peak resident memory (which also sees onnxruntime's own buffers)."""
+    gc.collect()
+    resident = _reset_peak_resident()
+    peak, outputs = traced_peak(call)
+    if resident is not None:
+        peak = max(peak, _resident("VmHWM") - resident)
+    size = sum(np.asarray(o).nbytes for o in outputs if o is not None)
+    return (peak - size) / size if size else math.nan
+
+
+def _resident(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _reset_peak_resident() -> int | None:
+    """Reset the peak resident size to the current one (Linux); that size, or None."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+        return _resident("VmRSS")
+    except (OSError, KeyError):
+        return None
+
+
+def environment(repeat: int, load: tuple[float, float]) -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{platform.machine()}, {os.cpu_count()} cores ({cores} usable), {_cpu_name()}, "
+            f"Python {platform.python_version()}, onnxruntime {ort.__version__}, numpy "
+            f"{np.__version__}{_torch_versions()}; {repeat} samples per call (tiny cases: "
+            f"each sample averages a loop of about {SAMPLE_SECONDS * 1e3:g} ms); 1-minute load "
+            f"average {load[0]:.1f} before the run, {load[1]:.1f} after")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+
+
+def _torch_versions() -> str:
+    try:
+        import torch
+        import torchvision
+    except ImportError:
+        return "; torch/torchvision not installed"
+    return f", torch {torch.__version__}, torchvision {torchvision.__version__}"
+
+
+def run_pinned(cores: int, module: str, argv: Sequence[str], result: type) -> list:
+    """``python -m module`` in a child process pinned to the first ``cores`` usable CPUs,
+    given ``--threads cores`` and ``--json FILE``; its JSON records read back as ``result``."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cores > len(cpus):
+        raise SystemExit(f"--cores {cores}: only {len(cpus)} CPUs are usable here")
+    chosen = set(cpus[:cores])
+    with tempfile.TemporaryDirectory() as folder:
+        found = Path(folder) / "results.json"
+        subprocess.run([sys.executable, "-m", module, *argv, "--threads", str(cores),
+                        "--json", str(found)], cwd=ROOT,
+                       preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
+                       stdout=subprocess.DEVNULL)
+        return [result(**fields) for fields in json.loads(found.read_text())]
