@@ -27,19 +27,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from custom_ops._common import (
-    KernelError,
-    LayoutMemo,
-    WindowGeometry,
-    as_key,
-    bands,
-    check_ints,
-    check_rank,
-    compiled,
-    run_bands,
-    run_parallel,
-)
-from custom_ops.unfold import window_attributes, window_geometry
+from custom_ops._checks import KernelError, check_ints, check_rank
+from custom_ops._threads import LayoutMemo, bands, compiled, run_bands, run_parallel
+from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
 
 OP = "Fold"
 CHUNK_BYTES = 1 << 20

@@ -23,25 +23,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._common import (
+from custom_ops._checks import check_float_input, check_int, check_rank, compute_dtype
+from custom_ops._threads import bands, compiled, run_bands
+from custom_ops._window import (
     WindowGeometry,
     as_key,
-    bands,
-    check_float_input,
-    check_int,
-    check_memory,
-    check_rank,
     check_window_attributes,
-    check_work,
-    compiled,
-    compute_dtype,
     filled,
-    memory_limit,
-    run_bands,
     sliding_block_counts,
     tap_ranges,
-    work_limit,
 )
+from custom_ops.limits import check_memory, check_work, memory_limit, work_limit
 
 OP = "LpPooling"
 

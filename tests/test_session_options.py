@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from custom_ops import _common
+from custom_ops import _threads
 from dml_onnx.graphs import WEIGHT_ELEMENTS
 
 MODEL = dml_onnx.make_model(
@@ -46,7 +46,7 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
     kernel, seen = definition.kernel, []
 
     def recording(*args, **kwargs):
-        seen.append(_common.thread_limit.get())
+        seen.append(_threads.thread_limit.get())
         return kernel(*args, **kwargs)
     object.__setattr__(definition, "kernel", recording)
     try:
@@ -58,18 +58,18 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
     finally:
         object.__setattr__(definition, "kernel", kernel)
     assert seen == [threads]
-    assert _common.thread_limit.get() == 0  # set for the run only
+    assert _threads.thread_limit.get() == 0  # set for the run only
 
 
 @pytest.mark.parametrize("limit", [1, 2])
 def test_run_parallel_uses_at_most_the_thread_limit(limit, monkeypatch):
-    monkeypatch.setattr(_common, "THREADS", 4)
+    monkeypatch.setattr(_threads, "THREADS", 4)
     threads: set[int] = set()
-    token = _common.thread_limit.set(limit)
+    token = _threads.thread_limit.set(limit)
     try:
-        _common.run_parallel([lambda: threads.add(threading.get_ident()) for _ in range(64)])
+        _threads.run_parallel([lambda: threads.add(threading.get_ident()) for _ in range(64)])
     finally:
-        _common.thread_limit.reset(token)
+        _threads.thread_limit.reset(token)
     assert 1 <= len(threads) <= limit
 
 
@@ -117,21 +117,21 @@ def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
                                 start_padding=(1, 0, 1), end_padding=(0, 1, 1),
                                 dilations=(1, 2, 1), p=int(op[-1]))
     launches = []
-    original = _common.run_bands
+    original = _threads.run_bands
 
     def recording(groups, band, launch):
         launches.append(len(groups))
         original(groups, band, launch)
-    monkeypatch.setattr(_common, "THREADS", 4)
+    monkeypatch.setattr(_threads, "THREADS", 4)
     for module in ("custom_ops.fold", "custom_ops.lp_pooling"):
         monkeypatch.setattr(f"{module}.run_bands", recording)
     results = {}
     for limit in (1, 2, 3):
-        token = _common.thread_limit.set(limit)
+        token = _threads.thread_limit.set(limit)
         try:
             results[limit] = run()
         finally:
-            _common.thread_limit.reset(token)
+            _threads.thread_limit.reset(token)
     assert launches == [1, 2, 3]
     for limit in (2, 3):
         np.testing.assert_array_equal(results[limit], results[1])
@@ -147,14 +147,14 @@ def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(mon
     """GNU OpenMP (numba's usual threading layer on Linux) terminates a forked child at its
     first parallel launch when the parent has launched one: the child runs its bands itself."""
     from custom_ops.fold import fold
-    monkeypatch.setattr(_common, "THREADS", 4)
+    monkeypatch.setattr(_threads, "THREADS", 4)
     X, attributes = _fold_input()
-    token = _common.thread_limit.set(2)
+    token = _threads.thread_limit.set(2)
     try:
         want = fold(X, **attributes)  # a launch of two bands
     finally:
-        _common.thread_limit.reset(token)
-    assert _common._launch_pid == os.getpid()
+        _threads.thread_limit.reset(token)
+    assert _threads._launch_pid == os.getpid()
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_fold_in_child, args=(queue,))
@@ -177,13 +177,13 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
     if user_setting:
         monkeypatch.setenv(*user_setting)
     seen = []
-    monkeypatch.setattr(_common, "_launch_pid", None)
+    monkeypatch.setattr(_threads, "_launch_pid", None)
     monkeypatch.setattr(numba, "set_num_threads",
                         lambda n: seen.append(os.environ.get("GOMP_SPINCOUNT")))
     for _ in range(2):
-        assert _common.run_compiled(2, lambda: None)
+        assert _threads.run_compiled(2, lambda: None)
     want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
-    assert seen == [want if user_setting else _common.SPIN_COUNT, want]
+    assert seen == [want if user_setting else _threads.SPIN_COUNT, want]
     assert os.environ.get("GOMP_SPINCOUNT") == want
 
 
@@ -241,7 +241,7 @@ def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, i
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
     kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
-    during = kept if user_setting else _common.SPIN_COUNT
+    during = kept if user_setting else _threads.SPIN_COUNT
     assert done.stdout.split() == [f"[{during!r}]", str(kept)]
 
 
