@@ -69,13 +69,9 @@ def check_window_attributes(op: str, node: str, *, window: tuple[str, Sequence[i
 
 
 class WindowGeometry(NamedTuple):
-    """Checked sliding-window attributes with their defaults filled in, and the block counts."""
+    """A checked :class:`Window` over one input, and its block counts."""
 
-    window: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    start_padding: tuple[int, ...]
-    end_padding: tuple[int, ...]
+    window: Window
     blocks: tuple[int, ...]  # B_d (output positions) per spatial axis, each >= 1
 
     @classmethod
@@ -85,13 +81,13 @@ class WindowGeometry(NamedTuple):
         """The geometry, with the stride of an axis of one block and the dilation of an axis
         of one tap set to 1: they move nothing, and as byte strides they may not fit a C long
         (any int64 attribute value is valid)."""
-        return cls(window, tuple(s if b > 1 else 1 for s, b in zip(strides, blocks)),
-                   tuple(d if w > 1 else 1 for d, w in zip(dilations, window)),
-                   start_padding, end_padding, blocks)
+        return cls(Window(window, tuple(s if b > 1 else 1 for s, b in zip(strides, blocks)),
+                          tuple(d if w > 1 else 1 for d, w in zip(dilations, window)),
+                          start_padding, end_padding), blocks)
 
     @property
     def k(self) -> int:
-        return len(self.window)
+        return self.window.k
 
 
 def tap_ranges(g: WindowGeometry, spatial: Sequence[int]) -> tuple[range, ...]:
@@ -99,8 +95,8 @@ def tap_ranges(g: WindowGeometry, spatial: Sequence[int]) -> tuple[range, ...]:
     tap ``i`` with ``0 <= b * stride + i * dilation - start < D`` for a ``b`` below ``B``. The
     others read padding only; skipping them costs a window sum nothing."""
     ranges = []
-    for w, s, d, a, b, size in zip(g.window, g.strides, g.dilations, g.start_padding,
-                                   g.blocks, spatial):
+    for w, s, d, a, b, size in zip(g.window.sizes, g.window.strides, g.window.dilations,
+                                   g.window.start, g.blocks, spatial):
         first = max(0, -((-(a - (b - 1) * s)) // d))  # ceil((a - (B - 1) * s) / d)
         stop = min(w, (a + size - 1) // d + 1) if size else 0
         ranges.append(range(first, max(first, stop)))
@@ -111,16 +107,17 @@ def read_extent(g: WindowGeometry, spatial: Sequence[int]) -> tuple[tuple[int, .
     """The extent of the padded input that the windows read, per spatial axis (the tail of
     the end padding, or of the input, may be left unread), and whether they read padding."""
     extent = tuple((b - 1) * s + (w - 1) * d + 1
-                   for b, s, w, d in zip(g.blocks, g.strides, g.window, g.dilations))
-    return extent, any(g.start_padding) or any(e > size for e, size in zip(extent, spatial))
+                   for b, s, w, d in zip(g.blocks, g.window.strides, g.window.sizes,
+                                         g.window.dilations))
+    return extent, any(g.window.start) or any(e > size for e, size in zip(extent, spatial))
 
 
 def padded_copy_slices(g: WindowGeometry, spatial: Sequence[int], extent: Sequence[int]
                        ) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
     """Where the read part of an input of ``spatial`` sizes goes in a zero-padded buffer of
     ``extent``: ``(buffer slices, input slices)`` over the spatial axes."""
-    kept = [max(0, min(size, e - a)) for size, e, a in zip(spatial, extent, g.start_padding)]
-    return (tuple(slice(a, a + m) for a, m in zip(g.start_padding, kept)),
+    kept = [max(0, min(size, e - a)) for size, e, a in zip(spatial, extent, g.window.start)]
+    return (tuple(slice(a, a + m) for a, m in zip(g.window.start, kept)),
             tuple(slice(0, m) for m in kept))
 
 

@@ -106,9 +106,9 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
          ) -> np.ndarray:
     X = np.asarray(X)
     layout.check((X.shape, X.dtype),
-                 lambda: check_input(node, X, geometry.window, geometry.blocks, output))
+                 lambda: check_input(node, X, geometry.window.sizes, geometry.blocks, output))
     n, rows, length = X.shape
-    taps = math.prod(geometry.window)
+    taps = math.prod(geometry.window.sizes)
     c = rows // taps
     Y = np.empty((n * c, math.prod(output)), X.dtype)
     if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
@@ -120,11 +120,11 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
 def _loop_tables(g: WindowGeometry, output: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """The geometry arguments of :func:`custom_ops._fold_loops.fold_planes`: every tap's
     offsets ``[taps, k]``, then blocks, strides, output and row-major pitches per axis."""
-    taps = np.indices(g.window).reshape(g.k, -1).T
-    offsets = taps * np.array(g.dilations) - np.array(g.start_padding)
+    taps = np.indices(g.window.sizes).reshape(g.k, -1).T
+    offsets = taps * np.array(g.window.dilations) - np.array(g.window.start)
     pitch = [math.prod(output[d + 1:]) for d in range(g.k)]
     return tuple(np.ascontiguousarray(a, dtype=np.int64)
-                 for a in (offsets, g.blocks, g.strides, output, pitch))
+                 for a in (offsets, g.blocks, g.window.strides, output, pitch))
 
 
 def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> None:

@@ -91,8 +91,8 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     pad = (0,) * lead
     loops = (np.array(pad + tuple(r.start for r in reading)),
              np.array((1,) * lead + tuple(r.stop for r in reading)),
-             np.array((1,) * lead + g.strides), np.array((1,) * lead + g.dilations),
-             np.array(pad + g.start_padding))
+             np.array((1,) * lead + g.window.strides),
+             np.array((1,) * lead + g.window.dilations), np.array(pad + g.window.start))
     return _Plan(g, reading, loops, plane)
 
 
@@ -169,8 +169,8 @@ def _rescale(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         for axis, (b, t) in enumerate(zip(blocks, taps)):
             shape = [1] * (1 + g.k)
             shape[1 + axis] = t.size
-            position = (b.reshape(-1, *[1] * g.k) * g.strides[axis]
-                        + (t * g.dilations[axis] - g.start_padding[axis]).reshape(shape))
+            position = (b.reshape(-1, *[1] * g.k) * g.window.strides[axis]
+                        + (t * g.window.dilations[axis] - g.window.start[axis]).reshape(shape))
             inside = inside & (position >= 0) & (position < spatial[axis])
             flat = flat * spatial[axis] + position
         plane = (n * X.shape[1] + c).reshape(-1, *[1] * g.k)

@@ -87,7 +87,7 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype, window_sizes: tupl
     plan = _Plan(g, *read_extent(g, spatial), None)
     if plan.padded:
         check_memory(OP, node, "temporary padded X", (n, c, *plan.extent), dtype)
-    if n * c * math.prod(g.window) * math.prod(g.blocks) <= SMALL:
+    if n * c * math.prod(g.window.sizes) * math.prod(g.blocks) <= SMALL:
         plan = plan._replace(index=block_positions(shape, g))
     return plan
 
@@ -109,9 +109,10 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
     source = np.empty((n * c, *plan.extent), X.dtype) if plan.padded else planes
     axis_strides = source.strides[1:]
     view = as_strided(
-        source, shape=(n * c, *g.window, *g.blocks),
-        strides=(source.strides[0], *(st * d for st, d in zip(axis_strides, g.dilations)),
-                 *(st * s for st, s in zip(axis_strides, g.strides))),
+        source, shape=(n * c, *g.window.sizes, *g.blocks),
+        strides=(source.strides[0],
+                 *(st * d for st, d in zip(axis_strides, g.window.dilations)),
+                 *(st * s for st, s in zip(axis_strides, g.window.strides))),
         writeable=False)
     Y = np.empty(view.shape, dtype=X.dtype)
 
@@ -125,7 +126,7 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
 
     run_parallel([functools.partial(copy, first, stop)
                   for first, stop in bands(n * c, Y.size + source.size * plan.padded)])
-    return Y.reshape(n, c * math.prod(g.window), math.prod(g.blocks))
+    return Y.reshape(n, c * math.prod(g.window.sizes), math.prod(g.blocks))
 
 
 def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
