@@ -7,7 +7,8 @@
   against a call that would run for minutes: by default :data:`DEFAULT_WORK_LIMIT` values read
   on the slowest path.
 
-Both raise :class:`~custom_ops.KernelError`; ``dml_onnx`` re-exports the four functions.
+The checks raise :class:`~custom_ops.KernelError`. ``dml_onnx`` re-exports the four getters
+and setters; the limits live here because the kernels cannot import ``dml_onnx``.
 """
 
 from __future__ import annotations
