@@ -6,6 +6,6 @@ kernels are run by onnxruntime through onnxruntime-extensions (see ``dml_onnx.ru
 ``dml_onnx.ReferenceEvaluator``; they can also be called directly.
 """
 
-from custom_ops._common import KernelError
+from custom_ops._checks import KernelError
 
 __all__ = ["KernelError"]

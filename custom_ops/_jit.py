@@ -3,7 +3,7 @@
 floating-point errors (a division by zero gives infinity or NaN, as the formulas say).
 :data:`parallel_jit` compiles the drivers whose ``prange`` starts one thread per band from
 compiled code (numba's threading layer: OpenMP where the system has it), see
-:func:`custom_ops._common.run_bands`.
+:func:`custom_ops._threads.run_bands`.
 
 Only the ``_*_loops`` modules import this one, and the kernels import those on their first
 call: importing the package does not import numba (about half a second).
@@ -76,6 +76,6 @@ parallel_jit = _compiler(parallel=True)
 # numba finishes setting itself up (type registries, extension entry points) on its first
 # compilation or cache load; an interrupt in the middle of that breaks it for the process
 # ("duplicate registration"). Done here, it is part of the import, which runs on a helper
-# thread that signals do not interrupt (custom_ops._common.compiled).
+# thread that signals do not interrupt (custom_ops._threads.compiled).
 cpu_target.typing_context.refresh()
 cpu_target.target_context.refresh()

@@ -1,4 +1,4 @@
-"""The compiled loop of :func:`custom_ops._common.channels_last`, by
+"""The compiled loop of :func:`custom_ops._threads.channels_last`, by
 :data:`custom_ops._jit.jit`."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def transpose_bands(cuts, planes, out):
 
 def _compile_every_signature() -> None:
     """Compile (or load from the cache) every signature :func:`channels_last` calls, while
-    the module loads on :func:`~custom_ops._common.compiled`'s helper thread: a signal that
+    the module loads on :func:`~custom_ops._threads.compiled`'s helper thread: a signal that
     lands in a compilation on the calling thread breaks the dispatcher for the process ("no
     compiled object yet")."""
     for source, target in ((types.float32, types.float32), (types.uint16, types.float32),

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from custom_ops._common import (
+from custom_ops._checks import (
     UINT32_MAX,
     KernelError,
     check_choice,
     check_finite,
     check_int,
     check_rank,
-    check_work,
-    compiled,
     compute_dtype,
     lowest,
 )
+from custom_ops._threads import compiled
+from custom_ops.limits import check_work
 
 REDUCTIONS = ("average", "max")
 INTERPOLATIONS = ("linear", "nearest_neighbor")

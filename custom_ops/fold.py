@@ -27,19 +27,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from custom_ops._common import (
-    KernelError,
-    LayoutMemo,
-    WindowGeometry,
-    as_key,
-    bands,
-    check_ints,
-    check_rank,
-    compiled,
-    run_bands,
-    run_parallel,
-)
-from custom_ops.unfold import window_attributes, window_geometry
+from custom_ops._checks import KernelError, check_ints, check_rank
+from custom_ops._threads import LayoutMemo, bands, compiled, run_bands, run_parallel
+from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
 
 OP = "Fold"
 CHUNK_BYTES = 1 << 20
@@ -116,9 +106,9 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
          ) -> np.ndarray:
     X = np.asarray(X)
     layout.check((X.shape, X.dtype),
-                 lambda: check_input(node, X, geometry.window, geometry.blocks, output))
+                 lambda: check_input(node, X, geometry.window.sizes, geometry.blocks, output))
     n, rows, length = X.shape
-    taps = math.prod(geometry.window)
+    taps = math.prod(geometry.window.sizes)
     c = rows // taps
     Y = np.empty((n * c, math.prod(output)), X.dtype)
     if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
@@ -130,11 +120,11 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
 def _loop_tables(g: WindowGeometry, output: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """The geometry arguments of :func:`custom_ops._fold_loops.fold_planes`: every tap's
     offsets ``[taps, k]``, then blocks, strides, output and row-major pitches per axis."""
-    taps = np.indices(g.window).reshape(g.k, -1).T
-    offsets = taps * np.array(g.dilations) - np.array(g.start_padding)
+    taps = np.indices(g.window.sizes).reshape(g.k, -1).T
+    offsets = taps * np.array(g.window.dilations) - np.array(g.window.start)
     pitch = [math.prod(output[d + 1:]) for d in range(g.k)]
     return tuple(np.ascontiguousarray(a, dtype=np.int64)
-                 for a in (offsets, g.blocks, g.strides, output, pitch))
+                 for a in (offsets, g.blocks, g.window.strides, output, pitch))
 
 
 def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> None:

@@ -23,25 +23,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._common import (
+from custom_ops._checks import check_float_input, check_int, check_rank, compute_dtype
+from custom_ops._threads import bands, compiled, run_bands
+from custom_ops._window import (
     WindowGeometry,
     as_key,
-    bands,
-    check_float_input,
-    check_int,
-    check_memory,
-    check_rank,
     check_window_attributes,
-    check_work,
-    compiled,
-    compute_dtype,
     filled,
-    memory_limit,
-    run_bands,
     sliding_block_counts,
     tap_ranges,
-    work_limit,
 )
+from custom_ops.limits import check_memory, check_work, memory_limit, work_limit
 
 OP = "LpPooling"
 
@@ -99,8 +91,8 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     pad = (0,) * lead
     loops = (np.array(pad + tuple(r.start for r in reading)),
              np.array((1,) * lead + tuple(r.stop for r in reading)),
-             np.array((1,) * lead + g.strides), np.array((1,) * lead + g.dilations),
-             np.array(pad + g.start_padding))
+             np.array((1,) * lead + g.window.strides),
+             np.array((1,) * lead + g.window.dilations), np.array(pad + g.window.start))
     return _Plan(g, reading, loops, plane)
 
 
@@ -177,8 +169,8 @@ def _rescale(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
         for axis, (b, t) in enumerate(zip(blocks, taps)):
             shape = [1] * (1 + g.k)
             shape[1 + axis] = t.size
-            position = (b.reshape(-1, *[1] * g.k) * g.strides[axis]
-                        + (t * g.dilations[axis] - g.start_padding[axis]).reshape(shape))
+            position = (b.reshape(-1, *[1] * g.k) * g.window.strides[axis]
+                        + (t * g.window.dilations[axis] - g.window.start[axis]).reshape(shape))
             inside = inside & (position >= 0) & (position < spatial[axis])
             flat = flat * spatial[axis] + position
         plane = (n * X.shape[1] + c).reshape(-1, *[1] * g.k)

@@ -35,19 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._common import (
-    LayoutMemo,
-    channels_last,
-    check_float_input,
-    check_ints,
-    check_rank,
-    compiled,
-    compute_dtype,
-    converted,
-    interleaved,
-    run_parallel,
-    serial_work,
-)
+from custom_ops._checks import check_float_input, check_ints, check_rank, compute_dtype
 from custom_ops._roi_grid import (
     SAMPLE_LIMIT,
     Plan,
@@ -58,6 +46,15 @@ from custom_ops._roi_grid import (
     check_sampling,
     loop_settings,
     region_arrays,
+)
+from custom_ops._threads import (
+    LayoutMemo,
+    channels_last,
+    compiled,
+    converted,
+    interleaved,
+    run_parallel,
+    serial_work,
 )
 
 OP = "RoiAlign1"
@@ -76,7 +73,7 @@ def _check_all(node: str, output_size: Sequence[int], out_of_bounds_input_value:
 
 
 def check_attributes(*, node: str, **attributes: Any) -> None:
-    """Raise :class:`~custom_ops._common.KernelError` for a bad attribute of
+    """Raise :class:`~custom_ops.KernelError` for a bad attribute of
     :func:`roi_align1`."""
     _check_all(node, **attributes)
 

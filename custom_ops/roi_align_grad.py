@@ -36,20 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import (
-    KernelError,
-    bands,
-    channels_last,
-    check_float_input,
-    check_ints,
-    check_memory,
-    check_rank,
-    compiled,
-    compute_dtype,
-    interleaved,
-    run_bands,
-    run_parallel,
-)
+from custom_ops._checks import KernelError, check_float_input, check_ints, check_rank, compute_dtype
 from custom_ops._roi_grid import (
     Plan,
     Sampling,
@@ -59,6 +46,8 @@ from custom_ops._roi_grid import (
     check_sampling,
     loop_settings,
 )
+from custom_ops._threads import bands, channels_last, compiled, interleaved, run_bands, run_parallel
+from custom_ops.limits import check_memory
 
 OP = "RoiAlignGrad"
 OUT_OF_BOUNDS = 0.0  # what out-of-bounds samples read when looking for the maximum

@@ -34,23 +34,24 @@ from functools import lru_cache
 
 import numpy as np
 
-from custom_ops._common import (
+from custom_ops._checks import (
     KernelError,
-    LayoutMemo,
-    channels_last,
     check_finite,
     check_float_input,
     check_ints,
-    check_memory,
     check_rank,
-    compiled,
     compute_dtype,
-    interleaved,
     lowest,
-    memory_limit,
+)
+from custom_ops._threads import (
+    LayoutMemo,
+    channels_last,
+    compiled,
+    interleaved,
     run_parallel,
     serial_work,
 )
+from custom_ops.limits import check_memory, memory_limit
 
 OP = "RoiPooling"
 

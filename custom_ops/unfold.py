@@ -14,9 +14,8 @@ The kernel pads once into a buffer that holds only the part the blocks read (or 
 itself when they read no padding), builds a ``[N, C, window..., blocks...]`` strided view of
 it and copies that view into the output in one pass. Outputs of up to :data:`SMALL` elements
 are instead one gather of ``X``'s values by an index cached per shape and attributes (the
-strided path run once on the positions themselves). This module also holds the window
-geometry that Fold (Unfold's adjoint) shares: :func:`window_attributes` and
-:func:`window_geometry`.
+strided path run once on the positions themselves). The window geometry, which Fold (Unfold's
+adjoint) shares, is in :mod:`custom_ops._window`.
 """
 
 from __future__ import annotations
@@ -30,21 +29,17 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from custom_ops._common import (
-    KernelError,
+from custom_ops._checks import KernelError, check_rank
+from custom_ops._threads import bands, run_parallel
+from custom_ops._window import (
     WindowGeometry,
     as_key,
-    bands,
-    check_memory,
-    check_rank,
-    check_window_attributes,
-    filled,
-    memory_limit,
     padded_copy_slices,
     read_extent,
-    run_parallel,
-    sliding_block_counts,
+    window_attributes,
+    window_geometry,
 )
+from custom_ops.limits import check_memory, memory_limit
 
 OP = "Unfold"
 SMALL = 1 << 12
@@ -54,37 +49,6 @@ SMALL = 1 << 12
 UNFOLD_TYPES = tuple(np.dtype(t) for t in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, np.bool_))
-
-
-def window_attributes(op: str, node: str, window_sizes: Sequence[int], strides: Sequence[int],
-                      dilations: Sequence[int], start_padding: Sequence[int],
-                      end_padding: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """Check the window attributes of Unfold / Fold; return them with defaults filled in.
-
-    Returns ``(window, strides, dilations, start_padding, end_padding)``, each of length k.
-    """
-    k = check_window_attributes(op, node, window=("window_sizes", window_sizes), strides=strides,
-                                dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding)
-    return (tuple(int(v) for v in window_sizes), filled(strides, k, 1), filled(dilations, k, 1),
-            filled(start_padding, k, 0), filled(end_padding, k, 0))
-
-
-@lru_cache(maxsize=256)
-def window_geometry(op: str, node: str, spatial_shape: tuple[int, ...],
-                    window_sizes: tuple[int, ...], strides: tuple[int, ...],
-                    dilations: tuple[int, ...], start_padding: tuple[int, ...],
-                    end_padding: tuple[int, ...]) -> WindowGeometry:
-    """Check the attributes and compute the block counts over ``spatial_shape`` (k sizes).
-
-    Cached (invalid attributes raise every time): every argument must be hashable, the lists
-    as tuples (:func:`~custom_ops._common.as_key`).
-    """
-    window, strides, dilations, start, end = window_attributes(
-        op, node, window_sizes, strides, dilations, start_padding, end_padding)
-    blocks = sliding_block_counts(op, node, spatial_shape, window, strides, dilations, start, end,
-                                  what="block count")
-    return WindowGeometry.of(window, strides, dilations, start, end, blocks)
 
 
 def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequence[int] = (),
@@ -123,7 +87,7 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype, window_sizes: tupl
     plan = _Plan(g, *read_extent(g, spatial), None)
     if plan.padded:
         check_memory(OP, node, "temporary padded X", (n, c, *plan.extent), dtype)
-    if n * c * math.prod(g.window) * math.prod(g.blocks) <= SMALL:
+    if n * c * math.prod(g.window.sizes) * math.prod(g.blocks) <= SMALL:
         plan = plan._replace(index=block_positions(shape, g))
     return plan
 
@@ -145,9 +109,10 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
     source = np.empty((n * c, *plan.extent), X.dtype) if plan.padded else planes
     axis_strides = source.strides[1:]
     view = as_strided(
-        source, shape=(n * c, *g.window, *g.blocks),
-        strides=(source.strides[0], *(st * d for st, d in zip(axis_strides, g.dilations)),
-                 *(st * s for st, s in zip(axis_strides, g.strides))),
+        source, shape=(n * c, *g.window.sizes, *g.blocks),
+        strides=(source.strides[0],
+                 *(st * d for st, d in zip(axis_strides, g.window.dilations)),
+                 *(st * s for st, s in zip(axis_strides, g.window.strides))),
         writeable=False)
     Y = np.empty(view.shape, dtype=X.dtype)
 
@@ -161,7 +126,7 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
 
     run_parallel([functools.partial(copy, first, stop)
                   for first, stop in bands(n * c, Y.size + source.size * plan.padded)])
-    return Y.reshape(n, c * math.prod(g.window), math.prod(g.blocks))
+    return Y.reshape(n, c * math.prod(g.window.sizes), math.prod(g.blocks))
 
 
 def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),

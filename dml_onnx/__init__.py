@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "custom_ops": ("KernelError",),
-    "custom_ops._common": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
+    "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
     "dml_onnx.check": ("check_model",),
     "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION"),

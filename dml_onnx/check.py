@@ -16,7 +16,8 @@ import os
 import onnx
 from onnx import helper
 
-from custom_ops._common import check_memory, compute_dtype
+from custom_ops._checks import compute_dtype
+from custom_ops.limits import check_memory
 from dml_onnx.definition import (
     DOMAIN,
     Shape,

@@ -27,7 +27,8 @@ import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.defs import OpSchema
 
-from custom_ops._common import KernelError, check_memory, compute_dtype, memory_limit
+from custom_ops._checks import KernelError, compute_dtype
+from custom_ops.limits import check_memory, memory_limit
 from dml_onnx.form import StandardNode
 
 DOMAIN = "dml_onnx"

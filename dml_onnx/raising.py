@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from custom_ops._common import UINT32_MAX
+from custom_ops._checks import UINT32_MAX
 from dml_onnx.definition import (
     DOMAIN,
     OPSET_VERSION,

@@ -50,7 +50,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from custom_ops import KernelError
-from custom_ops._common import thread_limit
+from custom_ops._threads import thread_limit
 from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import (

@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-import custom_ops._common as common
 import custom_ops.fold as fold_module
 import custom_ops.lp_pooling as lp_module
 import custom_ops.roi_align1 as roi_align_module
 import custom_ops.roi_pooling as roi_module
 import custom_ops.unfold as unfold_module
-from custom_ops import KernelError
+from custom_ops import KernelError, _threads, limits
 from dml_onnx.reference_ops.fold import fold as fold_reference
 
 CASES = [  # window, strides, dilations, start, end, spatial
@@ -74,11 +73,11 @@ def test_fold_thread_count_and_chunks_change_no_bit(case, dtype, force):
     shape = unfold_module.unfold(np.zeros((2, 3, *case[-1]), dtype), **_attributes(case)).shape
     x = _random(np.random.default_rng(1), shape, dtype)
     attributes = {**_attributes(case), "output_size": case[-1]}
-    force(common, "GRAIN", 1)  # split even this small work
+    force(_threads, "GRAIN", 1)  # split even this small work
     results = []
     for chunk, threads in ((1 << 30, 1), (1, 1), (1, 2), (40, 3)):
         force(fold_module, "CHUNK_BYTES", chunk)
-        force(common, "THREADS", threads)
+        force(_threads, "THREADS", threads)
         results.append(fold_module.fold(x, **attributes))
     for got in results:
         assert got.dtype == x.dtype
@@ -100,10 +99,10 @@ def test_lp_pooling_thread_count_changes_no_bit(case, p, dtype, force):
     x = _random(np.random.default_rng(2), (3, 5, *spatial), dtype)
     attributes = {"window_size": window, "strides": strides, "dilations": dilations,
                   "start_padding": start, "end_padding": end, "p": p}
-    force(common, "THREADS", 1)
+    force(_threads, "THREADS", 1)
     alone = lp_module.lp_pooling(x, **attributes)
-    force(common, "THREADS", 4)
-    force(common, "GRAIN", 1)  # split even this small work
+    force(_threads, "THREADS", 4)
+    force(_threads, "GRAIN", 1)  # split even this small work
     np.testing.assert_array_equal(lp_module.lp_pooling(x, **attributes), alone)
 
 
@@ -172,14 +171,14 @@ def test_roi_small_calls_and_threaded_calls_agree(call, dtype, monkeypatch):
     run = call(dtype)
     module = sys.modules[run.func.__module__]
     groups = []
-    original = common.interleaved
+    original = _threads.interleaved
     monkeypatch.setattr(module, "interleaved",
                         lambda *args: groups.append(original(*args)) or groups[-1])
     small = run()
     assert groups == []  # one compiled call
     monkeypatch.setattr(module, "serial_work", lambda: 0)  # no call is small
-    monkeypatch.setattr(common, "THREADS", 4)
-    monkeypatch.setattr(common, "GRAIN", 1)
+    monkeypatch.setattr(_threads, "THREADS", 4)
+    monkeypatch.setattr(_threads, "GRAIN", 1)
     np.testing.assert_array_equal(run(), small)
     assert len(groups) == 1 and len(groups[0]) == 4
 
@@ -193,12 +192,12 @@ def test_a_prepared_kernel_checks_every_new_input_layout():
         run(x, rois.astype(np.float64))
     with pytest.raises(KernelError, match="rois shape"):
         run(x, rois[:, :4])
-    previous = common.set_memory_limit(8)
+    previous = limits.set_memory_limit(8)
     try:
         with pytest.raises(KernelError, match="above the memory limit"):
             run(x, rois)
     finally:
-        common.set_memory_limit(previous)
+        limits.set_memory_limit(previous)
     assert run(x, rois).shape == (1, 2, 2, 2)
     align = roi_align_module.prepare(
         node="align", output_size=(2, 2), reduction_function="max",
@@ -216,9 +215,9 @@ def test_a_prepared_kernel_checks_every_new_input_layout():
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_run_parallel_runs_every_task_and_raises_the_first_failure(threads, monkeypatch):
-    monkeypatch.setattr(common, "THREADS", threads)
+    monkeypatch.setattr(_threads, "THREADS", threads)
     done = []
-    common.run_parallel([lambda k=k: done.append(k) for k in range(10)])
+    _threads.run_parallel([lambda k=k: done.append(k) for k in range(10)])
     assert sorted(done) == list(range(10))
 
     def task(k: int) -> None:
@@ -226,14 +225,14 @@ def test_run_parallel_runs_every_task_and_raises_the_first_failure(threads, monk
             raise ValueError(f"task {k}")
     for _ in range(5):  # whatever the threads' timing
         with pytest.raises(ValueError, match="task 3"):
-            common.run_parallel([lambda k=k: task(k) for k in range(10)])
+            _threads.run_parallel([lambda k=k: task(k) for k in range(10)])
 
 
 def test_run_parallel_tasks_see_the_callers_errstate(monkeypatch):
-    monkeypatch.setattr(common, "THREADS", 2)
+    monkeypatch.setattr(_threads, "THREADS", 2)
     seen = []
     with np.errstate(invalid="ignore"):
-        common.run_parallel([lambda: seen.append(np.geterr()["invalid"]) for _ in range(4)])
+        _threads.run_parallel([lambda: seen.append(np.geterr()["invalid"]) for _ in range(4)])
     assert seen == ["ignore"] * 4
 
 
@@ -249,21 +248,21 @@ def test_channels_last_is_an_exact_transpose(shape, dtype, target, threads):
     rng = np.random.default_rng(3)
     X = rng.standard_normal(shape).astype(dtype)
     strided = rng.standard_normal((*shape[:-1], 2 * shape[-1])).astype(dtype)[..., ::2]
-    token = common.thread_limit.set(threads)
+    token = _threads.thread_limit.set(threads)
     try:
         for given in (X, strided):
-            got = common.channels_last(given, np.dtype(target))
+            got = _threads.channels_last(given, np.dtype(target))
             assert got.flags.c_contiguous and got.dtype == target
             np.testing.assert_array_equal(got, given.transpose(0, 2, 3, 1).astype(target))
     finally:
-        common.thread_limit.reset(token)
+        _threads.thread_limit.reset(token)
 
 
 def test_channels_last_converts_every_float16_exactly():
     """The compiled tiles read float16 as its bits: every one of the 65536 values comes out as
     numpy converts it (NaN as NaN, zeros with their sign)."""
     X = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(1, 64, 32, 32)
-    got = common.channels_last(X, np.dtype(np.float32))
+    got = _threads.channels_last(X, np.dtype(np.float32))
     want = X.transpose(0, 2, 3, 1).astype(np.float32)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from custom_ops._common import UINT32_MAX
+from custom_ops._checks import UINT32_MAX
 from dml_onnx import cli, conformance, probes
 from dml_onnx.ops import OPERATORS_BY_NAME
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 import dml_onnx
-from custom_ops import _common
+from custom_ops import limits
 from dml_onnx import cli
 from tests import bad_inputs
 from tests.bad_inputs import BUILD, CASES, CHECK, CHECKER, LAYERS, LOAD, RUN, BadInput, limited
@@ -208,22 +208,22 @@ def test_a_child_process_survives_every_runtime_case_on_both_paths():
 
 # --------------------------------------------------------------------------------- memory limit
 def test_default_limit_is_a_share_of_available_memory(restore_limit, monkeypatch):
-    monkeypatch.setattr(_common, "_default_limit", None)
-    monkeypatch.setattr(_common, "available_memory", lambda: 8000)
-    assert dml_onnx.memory_limit() == 8000 * _common.MEMORY_FRACTION
+    monkeypatch.setattr(limits, "_default_limit", None)
+    monkeypatch.setattr(limits, "available_memory", lambda: 8000)
+    assert dml_onnx.memory_limit() == 8000 * limits.MEMORY_FRACTION
     monkeypatch.undo()
-    assert 0 < dml_onnx.memory_limit() <= _common.available_memory()
+    assert 0 < dml_onnx.memory_limit() <= limits.available_memory()
 
 
 def test_available_memory_without_proc_meminfo_or_sysconf(monkeypatch):
     def unavailable(*args):
         raise OSError("not here")
 
-    monkeypatch.setattr(_common, "open", unavailable, raising=False)
-    pages = _common.available_memory()
+    monkeypatch.setattr(limits, "open", unavailable, raising=False)
+    pages = limits.available_memory()
     assert pages > 0  # from os.sysconf
-    monkeypatch.setattr(_common.os, "sysconf", lambda name: unavailable())
-    assert _common.available_memory() == 8 << 30
+    monkeypatch.setattr(limits.os, "sysconf", lambda name: unavailable())
+    assert limits.available_memory() == 8 << 30
 
 
 def test_set_memory_limit_returns_the_previous_setting(restore_limit):

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import custom_ops._common as common
 import custom_ops.roi_align1 as forward_module
 import custom_ops.roi_align_grad as grad_module
-from custom_ops._common import UINT32_MAX, KernelError
+from custom_ops import _threads
+from custom_ops._checks import UINT32_MAX, KernelError
 from custom_ops.roi_align1 import roi_align1
 from custom_ops.roi_align_grad import roi_align_grad
 from dml_onnx.reference_ops.roi_align1 import roi_align1 as reference_forward
@@ -458,10 +458,10 @@ def test_thread_count_changes_no_bit(attrs, nonfinite, monkeypatch):
     def run():
         return [forward(X, rois, batch, (2, 3), 1.5, **attrs), *backward(X, g, rois, batch,
                                                                          **attrs)]
-    monkeypatch.setattr(common, "THREADS", 1)
+    monkeypatch.setattr(_threads, "THREADS", 1)
     serial = run()
-    monkeypatch.setattr(common, "THREADS", 4)
-    monkeypatch.setattr(common, "GRAIN", 1)  # split even this small work
+    monkeypatch.setattr(_threads, "THREADS", 4)
+    monkeypatch.setattr(_threads, "GRAIN", 1)  # split even this small work
     for threaded, alone in zip(run(), serial):
         np.testing.assert_array_equal(threaded, alone)
 

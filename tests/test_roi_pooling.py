@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import custom_ops._common as common
+from custom_ops import _threads
 from custom_ops.roi_pooling import check_attributes, roi_pooling
 from dml_onnx.reference_ops.roi_pooling import bin_edges, region_corners
 from dml_onnx.reference_ops.roi_pooling import roi_pooling as reference_roi_pooling
@@ -314,10 +314,10 @@ def test_many_regions_on_one_thread_and_on_several(monkeypatch):
     X[1, 2, 5, 7] = np.nan
     rois = np.concatenate([random_rois(rng, 25, 2, 40.0), f32([[1, 3, 4, 8, 6]])])
     expected = reference(X, rois, [3, 2])
-    monkeypatch.setattr(common, "THREADS", 1)
+    monkeypatch.setattr(_threads, "THREADS", 1)
     assert_same(roi_pooling(X, rois, pooled_size=[3, 2]), expected)
-    monkeypatch.setattr(common, "THREADS", 4)
-    monkeypatch.setattr(common, "GRAIN", 1)  # split even this small work
+    monkeypatch.setattr(_threads, "THREADS", 4)
+    monkeypatch.setattr(_threads, "GRAIN", 1)  # split even this small work
     assert_same(roi_pooling(X, rois, pooled_size=[3, 2]), expected)
 
 

@@ -4,13 +4,9 @@ thread limit."""
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
-import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from custom_ops import _common
+from custom_ops import _threads
 from dml_onnx.graphs import WEIGHT_ELEMENTS
 
 MODEL = dml_onnx.make_model(
@@ -46,7 +42,7 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
     kernel, seen = definition.kernel, []
 
     def recording(*args, **kwargs):
-        seen.append(_common.thread_limit.get())
+        seen.append(_threads.thread_limit.get())
         return kernel(*args, **kwargs)
     object.__setattr__(definition, "kernel", recording)
     try:
@@ -58,19 +54,7 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
     finally:
         object.__setattr__(definition, "kernel", kernel)
     assert seen == [threads]
-    assert _common.thread_limit.get() == 0  # set for the run only
-
-
-@pytest.mark.parametrize("limit", [1, 2])
-def test_run_parallel_uses_at_most_the_thread_limit(limit, monkeypatch):
-    monkeypatch.setattr(_common, "THREADS", 4)
-    threads: set[int] = set()
-    token = _common.thread_limit.set(limit)
-    try:
-        _common.run_parallel([lambda: threads.add(threading.get_ident()) for _ in range(64)])
-    finally:
-        _common.thread_limit.reset(token)
-    assert 1 <= len(threads) <= limit
+    assert _threads.thread_limit.get() == 0  # set for the run only
 
 
 def test_large_initializers_reach_onnxruntime_as_values_with_the_same_result():
@@ -93,98 +77,6 @@ def test_large_initializers_reach_onnxruntime_as_values_with_the_same_result():
     (want,) = kept.run(None, feeds)
     np.testing.assert_array_equal(handed.run(None, feeds)[0], want)
     assert model.graph.initializer[0].raw_data  # the caller's model keeps its weights
-
-
-def _fold_input() -> tuple[np.ndarray, dict]:
-    """A Fold of several bands of planes (more than two threads' grain of work)."""
-    X = np.random.default_rng(5).standard_normal((4, 16 * 9, 32 * 32)).astype(np.float32)
-    return X, {"window_sizes": (3, 3), "start_padding": (1, 1), "end_padding": (1, 1),
-               "output_size": (32, 32)}
-
-
-@pytest.mark.parametrize("op", ["LpPooling p=2", "LpPooling p=3", "Fold"])
-def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
-    """LpPooling and Fold start their threads from compiled code (run_bands): the result is
-    the same, bit for bit, at any thread count; the launch asks numba for one thread a band."""
-    from custom_ops.fold import fold
-    from custom_ops.lp_pooling import lp_pooling
-    if op == "Fold":
-        X, attributes = _fold_input()
-        run = functools.partial(fold, X, **attributes)
-    else:
-        X = np.random.default_rng(6).standard_normal((2, 8, 12, 20, 20)).astype(np.float32)
-        run = functools.partial(lp_pooling, X, window_size=(3, 3, 3), strides=(2, 1, 1),
-                                start_padding=(1, 0, 1), end_padding=(0, 1, 1),
-                                dilations=(1, 2, 1), p=int(op[-1]))
-    launches = []
-    original = _common.run_bands
-
-    def recording(groups, band, launch):
-        launches.append(len(groups))
-        original(groups, band, launch)
-    monkeypatch.setattr(_common, "THREADS", 4)
-    for module in ("custom_ops.fold", "custom_ops.lp_pooling"):
-        monkeypatch.setattr(f"{module}.run_bands", recording)
-    results = {}
-    for limit in (1, 2, 3):
-        token = _common.thread_limit.set(limit)
-        try:
-            results[limit] = run()
-        finally:
-            _common.thread_limit.reset(token)
-    assert launches == [1, 2, 3]
-    for limit in (2, 3):
-        np.testing.assert_array_equal(results[limit], results[1])
-
-
-def _fold_in_child(queue: multiprocessing.Queue) -> None:
-    from custom_ops.fold import fold
-    X, attributes = _fold_input()
-    queue.put(fold(X, **attributes))
-
-
-def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(monkeypatch):
-    """GNU OpenMP (numba's usual threading layer on Linux) terminates a forked child at its
-    first parallel launch when the parent has launched one: the child runs its bands itself."""
-    from custom_ops.fold import fold
-    monkeypatch.setattr(_common, "THREADS", 4)
-    X, attributes = _fold_input()
-    token = _common.thread_limit.set(2)
-    try:
-        want = fold(X, **attributes)  # a launch of two bands
-    finally:
-        _common.thread_limit.reset(token)
-    assert _common._launch_pid == os.getpid()
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_fold_in_child, args=(queue,))
-    child.start()
-    got = queue.get(timeout=60)
-    child.join(timeout=60)
-    assert child.exitcode == 0
-    np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("user_setting", [None, ("OMP_WAIT_POLICY", "active"),
-                                          ("GOMP_SPINCOUNT", "5")])
-def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_setting,
-                                                                         monkeypatch):
-    """numba's threading layer loads (and GNU OpenMP reads its environment) in
-    set_num_threads: the first launch sets GOMP_SPINCOUNT around it, then removes it."""
-    import numba
-    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
-        monkeypatch.delenv(name, raising=False)
-    if user_setting:
-        monkeypatch.setenv(*user_setting)
-    seen = []
-    monkeypatch.setattr(_common, "_launch_pid", None)
-    monkeypatch.setattr(numba, "set_num_threads",
-                        lambda n: seen.append(os.environ.get("GOMP_SPINCOUNT")))
-    for _ in range(2):
-        assert _common.run_compiled(2, lambda: None)
-    want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
-    assert seen == [want if user_setting else _common.SPIN_COUNT, want]
-    assert os.environ.get("GOMP_SPINCOUNT") == want
 
 
 @pytest.mark.parametrize("extension_first", [False, True])
@@ -212,37 +104,6 @@ def test_a_plain_session_runs_the_kernels_whichever_package_is_imported_first(ex
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["(1,", "4,", "4)"]
-
-
-@pytest.mark.parametrize("importer", ["import dml_onnx.runtime",
-                                      "import dml_onnx, onnxruntime_extensions"])
-@pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
-def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, importer):
-    """onnxruntime-extensions imports torch where installed, which loads torch's OpenMP (that
-    numba then shares): it loads with GOMP_SPINCOUNT set, unless the user chose, whether the
-    binding imports it or the user does after ``import dml_onnx`` (which then declares the
-    kernels); a fresh interpreter records the variable as the extension's import runs."""
-    code = textwrap.dedent(f"""
-        import importlib.abc, os, sys
-        seen = []
-        class Watch(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "onnxruntime_extensions._ocos":  # imported by the extension
-                    seen.append(os.environ.get("GOMP_SPINCOUNT"))
-        sys.meta_path.insert(0, Watch())
-        {importer}
-        assert "dml_onnx.runtime" in sys.modules
-        print(seen, os.environ.get("GOMP_SPINCOUNT"))
-        """)
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    if user_setting:
-        name, value = user_setting.split("=")
-        env[name] = value
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
-    kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
-    during = kept if user_setting else _common.SPIN_COUNT
-    assert done.stdout.split() == [f"[{during!r}]", str(kept)]
 
 
 @pytest.mark.parametrize("importer", ["import dml_onnx.runtime",

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops._common import UINT32_MAX
+from custom_ops._checks import UINT32_MAX
 from dml_onnx.conformance import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME

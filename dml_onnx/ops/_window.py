@@ -9,8 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from onnx import TensorProto, helper
 
-from custom_ops._common import sliding_block_counts
-from custom_ops._window import Window
+from custom_ops._window import Window, sliding_block_counts
 from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
 

@@ -11,7 +11,7 @@ import onnx
 from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import fold as kernel
-from custom_ops._common import sliding_block_counts
+from custom_ops._window import sliding_block_counts
 from dml_onnx.definition import (
     NUMERIC_TYPES,
     Attribute,

@@ -9,7 +9,7 @@ import numpy as np
 from onnx import NodeProto
 
 from custom_ops import roi_align1 as kernel
-from custom_ops._common import UINT32_MAX
+from custom_ops._checks import UINT32_MAX
 from dml_onnx.definition import (
     FLOAT_TYPES,
     INDEX_TYPES,

@@ -18,12 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import (
-    check_float_input,
-    check_rank,
-    check_work,
-    sliding_block_counts,
-)
+from custom_ops._checks import check_float_input, check_rank
+from custom_ops._window import sliding_block_counts
+from custom_ops.limits import check_work
 from custom_ops.lp_pooling import OP
 from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 

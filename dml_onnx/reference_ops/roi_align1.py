@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import check_float_input, check_rank
+from custom_ops._checks import check_float_input, check_rank
 from custom_ops._roi_grid import check_image_shape, check_regions, check_sampling
 from custom_ops.roi_align1 import OP
 from dml_onnx.reference_ops._roi import (

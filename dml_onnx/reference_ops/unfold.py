@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._common import sliding_block_counts
+from custom_ops._window import sliding_block_counts
 from custom_ops.unfold import OP, check_input
 from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
 

@@ -1,0 +1,106 @@
+"""Errors and scalar checks of the kernels: :class:`KernelError`, the attribute and input checks,
+the compute type.
+
+Plain numpy only. Every check raises :class:`KernelError` with the message shape the spec asks
+for: ``"<Op> '<node>': <field> <value> <rule>"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+UINT32_MAX = 4294967295
+
+
+class KernelError(ValueError, RuntimeError):
+    """Invalid input or attribute of one node: a ``ValueError``, and a ``RuntimeError`` as
+    torch's and torchvision's kernels raise for bad inputs.
+
+    ``str(error)`` reads ``"RoiPooling 'pool1': rois[3] batch index 7 is outside [0, 2)"``;
+    the parts are kept as attributes for programs.
+    """
+
+    def __init__(self, op: str, node: str, field: str, value: object, rule: str):
+        self.op, self.node, self.field, self.value, self.rule = op, node, field, value, rule
+        super().__init__(f"{op} '{node}': {field} {_show(value)} {rule}")
+
+    def __reduce__(self):  # keep the five-argument constructor picklable
+        return (type(self), (self.op, self.node, self.field, self.value, self.rule))
+
+
+def _show(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if isinstance(value, tuple):
+        value = list(value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a float kernel computes in: float16 is computed in float32."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def lowest(dtype: np.dtype) -> np.floating:
+    """``lowest(T)`` of the specification, the element type's lowest finite value (-65504
+    for float16), in the compute type: where a maximum starts."""
+    return compute_dtype(dtype).type(np.finfo(dtype).min)
+
+
+def check_ints(op: str, node: str, name: str, values: Sequence[int], *, minimum: int,
+               length: int | None = None) -> tuple[int, ...]:
+    """Check a list attribute: optional exact length, every value >= minimum."""
+    values = tuple(int(v) for v in values)
+    if length is not None and len(values) != length:
+        raise KernelError(op, node, name, list(values),
+                          f"must have {length} values, not {len(values)}")
+    for i, v in enumerate(values):
+        if v < minimum:
+            raise KernelError(op, node, f"{name}[{i}]", v, f"is below {minimum}")
+    return values
+
+
+def check_int(op: str, node: str, name: str, value: int, *, minimum: int,
+              maximum: int | None = None) -> int:
+    value = int(value)
+    if value < minimum:
+        raise KernelError(op, node, name, value, f"is below {minimum}")
+    if maximum is not None and value > maximum:
+        raise KernelError(op, node, name, value, f"is above {maximum}")
+    return value
+
+
+def check_finite(op: str, node: str, name: str, value: float) -> float:
+    value = float(value)
+    if not np.isfinite(value):
+        raise KernelError(op, node, name, value, "is not finite")
+    return value
+
+
+def check_choice(op: str, node: str, name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise KernelError(op, node, name, value, f"is not one of {', '.join(map(repr, choices))}")
+    return value
+
+
+def _count_phrase(counts: Sequence[int]) -> str:
+    counts = sorted(counts)
+    if counts == list(range(counts[0], counts[-1] + 1)) and len(counts) > 1:
+        return f"{counts[0]} to {counts[-1]}"
+    return " or ".join(map(str, counts))
+
+
+def check_rank(op: str, node: str, name: str, array: np.ndarray, ranks: Sequence[int]) -> None:
+    if array.ndim not in ranks:
+        raise KernelError(op, node, f"{name} rank", array.ndim,
+                          f"is not {_count_phrase(ranks)} (shape {list(array.shape)})")
+
+
+def check_float_input(op: str, node: str, name: str, array: np.ndarray) -> None:
+    if array.dtype not in (np.float16, np.float32, np.float64):
+        raise KernelError(op, node, f"{name} element type", array.dtype.name,
+                          "is not float16, float32 or float64")

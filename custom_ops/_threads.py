@@ -1,0 +1,255 @@
+"""The kernels' threads: the shared thread pool and how work is dealt to it, launches from
+compiled code (with GNU OpenMP's short spin while it loads), the lazy import of the compiled
+loops, and the layout copies split over the threads (:func:`channels_last`, :func:`converted`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib
+import math
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+
+import numpy as np
+
+from custom_ops.limits import work_limit
+
+
+def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``.
+
+    Up to :data:`GRAIN` values in one numpy call; above, by the compiled tiles of
+    :mod:`custom_ops._layout_loops`, in bands of pixels over the threads (started from
+    compiled code: numpy's strided copies, one task per band of channels, held the interpreter
+    lock between them and took longer at 16 threads than at 2)."""
+    n, c, h, w = X.shape
+    if X.size <= GRAIN:
+        return np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype)
+    out = np.empty((n, h * w, c), dtype)
+    planes = np.ascontiguousarray(X.reshape(n, c, h * w))  # the compiled signatures' layout
+    if X.dtype == np.float16:  # numba takes no float16: its bits, converted in the same pass
+        planes = planes.view(np.uint16)
+    loops = compiled("_layout_loops")
+    run_bands(bands(n * h * w, X.size),
+              lambda start, stop: loops.transpose_rows(planes, out, start, stop),
+              lambda cuts: loops.transpose_bands(cuts, planes, out))
+    return out.reshape(n, h, w, c)
+
+
+def converted(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``X`` as a contiguous array of ``dtype`` (``X`` itself where it is one already),
+    converted in runs of its flat values over the threads (numpy's conversion is one thread)."""
+    if X.dtype == dtype and X.flags.c_contiguous:
+        return X
+    out = np.empty(X.shape, dtype)
+    source, target = X.reshape(-1), out.reshape(-1)
+    if not X.flags.c_contiguous or X.size <= 2 * GRAIN:
+        np.copyto(out, X, casting="unsafe")
+        return out
+    runs = min(2 * workers(), X.size // GRAIN)
+    edges = [X.size * k // runs for k in range(runs + 1)]
+    run_parallel([functools.partial(np.copyto, target[a:b], source[a:b], casting="unsafe")
+                  for a, b in zip(edges, edges[1:])])
+    return out
+
+
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""Threads a kernel splits independent chunks over (numpy and the compiled loops release the
+interpreter lock): the CPUs this process may use when it starts."""
+_executor: tuple[int, ThreadPoolExecutor] | None = None  # with the process that started it
+_executor_lock = threading.Lock()
+thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("thread_limit", default=0)
+"""The most threads a kernel called in this context may use (0: :data:`THREADS`); set by
+``dml_onnx.InferenceSession.run`` from the session's ``intra_op_num_threads``."""
+
+
+GRAIN = 1 << 15
+"""Values read per thread below which splitting a call over more threads costs more than it
+saves (starting a task takes some 20-50 us)."""
+
+
+def workers(work: float | None = None) -> int:
+    """The threads a kernel called now may use: :data:`THREADS`, or :data:`thread_limit` when
+    it is set and lower; with ``work`` (values read), at most one per :data:`GRAIN`."""
+    allowed = min(THREADS, thread_limit.get() or THREADS)
+    return allowed if work is None else max(1, min(allowed, int(work // GRAIN)))
+
+
+def serial_work() -> float:
+    """The most work (values read) that a call now does on the calling thread alone: any
+    amount where it may use one thread, else below two :data:`GRAIN` (see :func:`workers`);
+    never above :func:`work_limit`, which larger calls check first."""
+    return min(work_limit(), math.inf if workers() == 1 else 2 * GRAIN - 1)
+
+
+class LayoutMemo:
+    """The last input layout (a key of shapes and element types) that passed a prepared
+    kernel's checks: later calls with the same layout skip them. A race only repeats a check;
+    a key is stored after its check passed."""
+
+    __slots__ = ("key",)
+
+    def __init__(self) -> None:
+        self.key: object = None
+
+    def check(self, key: object, check: Callable[[], object]) -> None:
+        if key != self.key:
+            check()
+            self.key = key
+
+
+def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
+    """``range(count)`` dealt to one group per worker (see :func:`workers`): ``k, k + g,
+    k + 2g, ...``, so that items of different cost mix in every group."""
+    groups = 1 if count <= 1 else min(workers(work), count)
+    if groups == 1:
+        return [np.arange(count)]
+    return [np.arange(k, count, groups) for k in range(groups)]
+
+
+def bands(count: int, work: float | None = None) -> list[tuple[int, int]]:
+    """``range(count)`` cut into one run of consecutive items per worker (see
+    :func:`workers`), as ``(start, stop)`` pairs."""
+    groups = 1 if count <= 1 else min(workers(work), count)
+    if groups == 1:
+        return [(0, count)]
+    cuts = [count * k // groups for k in range(groups + 1)]
+    return list(zip(cuts, cuts[1:]))
+
+
+def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run independent tasks, split in :data:`THREADS` (or :data:`thread_limit`) interleaved
+    groups: one group on the calling thread, the others on shared worker threads, in copies
+    of the caller's context and under its ``np.errstate`` (numpy 1 keeps that per thread, not
+    in the context).
+    Raises the error of the first failing task in ``tasks`` order, as a serial loop would
+    (each group stops at its first failure)."""
+    global _executor
+    groups = min(workers(), len(tasks)) if len(tasks) > 1 else 1
+    if groups <= 1:
+        for task in tasks:
+            task()
+        return
+    with _executor_lock:
+        if _executor is None or _executor[0] != os.getpid():  # a forked child has no workers
+            _executor = os.getpid(), ThreadPoolExecutor(THREADS - 1,
+                                                        thread_name_prefix="custom_ops")
+        executor = _executor[1]
+    errors = np.geterr()
+    futures = [executor.submit(contextvars.copy_context().run, _run_group, tasks, k, groups,
+                               errors)
+               for k in range(1, groups)]
+    failures = [_run_group(tasks, 0, groups), *(future.result() for future in futures)]
+    first = min((f for f in failures if f is not None), key=lambda f: f[0], default=None)
+    if first is not None:
+        raise first[1]
+
+
+_launch_lock = threading.Lock()
+_launch_pid: int | None = None  # the process that started numba's threads
+SPIN_COUNT = "10000"
+"""``GOMP_SPINCOUNT`` while GNU OpenMP loads (unless the user set it or ``OMP_WAIT_POLICY``):
+its threads then wait actively for some microseconds after a launch instead of the default
+300,000 spins, which took the cores that the next onnxruntime node (and the next kernel's
+Python threads) needed: Conv -> LpPooling -> Conv took 12.3 against 9.0 ms on the 2-core
+machine, and 12.6 against 5.9 ms on the 16-core server."""
+
+
+@contextlib.contextmanager
+def short_openmp_spin() -> Iterator[None]:
+    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` for the block, unless the user chose how
+    OpenMP threads wait; then remove it. GNU OpenMP reads it once, as the library loads: wrap
+    the first import or call that loads it (numba's threading layer; torch's own OpenMP,
+    which numba then shares, loads when onnxruntime-extensions imports torch)."""
+    chosen = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys()
+    if not chosen:
+        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    try:
+        yield
+    finally:
+        if not chosen:
+            os.environ.pop("GOMP_SPINCOUNT", None)
+
+
+def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
+    """Start ``threads`` threads from compiled code: ``launch()`` calls a
+    :data:`custom_ops._jit.parallel_jit` driver whose ``prange`` runs one group of a loop's
+    work per iteration. No interpreter lock passes from thread to thread, which costs
+    :func:`run_parallel` some 0.1-0.2 ms per thread on a 16-core server.
+
+    Returns False, having run nothing, where the caller runs its groups itself: for one
+    group; in a process forked from one that launched (GNU OpenMP, numba's threading layer
+    where the system has it, terminates such a child at its first parallel launch); and under
+    numba's fallback layer, workqueue, which ends the process when two threads launch at once
+    (our kernel beside the application's own parallel numba code). One launch at a time: each
+    uses every thread it may anyway."""
+    global _launch_pid, _workqueue
+    if threads <= 1 or _launch_pid not in (None, os.getpid()) or _workqueue:
+        return False
+    import numba
+
+    with _launch_lock:
+        # numba loads its threading layer in its first set_num_threads
+        with short_openmp_spin() if _launch_pid is None else contextlib.nullcontext():
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        if numba.threading_layer() == "workqueue":
+            _workqueue = True
+            return False
+        _launch_pid = os.getpid()
+        launch()
+    return True
+
+
+_workqueue = False
+"""Whether numba's threading layer turned out to be workqueue (see :func:`run_compiled`)."""
+
+
+def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None],
+              launch: Callable[[np.ndarray], None]) -> None:
+    """:func:`run_compiled` of consecutive bands ``(start, stop)`` (from :func:`bands`):
+    ``launch(cuts)``'s driver runs band ``g`` as ``cuts[g]:cuts[g + 1]``; ``band(start,
+    stop)`` runs one on a thread (the calling one, or :func:`run_parallel`'s under numba's
+    workqueue layer)."""
+    if len(groups) == 1:  # no launch to decide on (tiny calls)
+        band(*groups[0])
+    elif not run_compiled(len(groups), lambda: launch(
+            np.array([start for start, _ in groups] + [groups[-1][1]], np.int64))):
+        if _workqueue:  # threads of our own instead
+            run_parallel([functools.partial(band, start, stop) for start, stop in groups])
+        else:
+            for start, stop in groups:
+                band(start, stop)
+
+
+def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
+               errors: dict[str, str] | None = None) -> tuple[int, BaseException] | None:
+    """Tasks ``start::step`` in order (under ``np.errstate(**errors)`` when given); the index
+    and error of the first that fails."""
+    with np.errstate(**(errors or {})):
+        for index in range(start, len(tasks), step):
+            try:
+                tasks[index]()
+            except Exception as error:  # noqa: BLE001 - handed to run_parallel, which raises it
+                return index, error
+    return None
+
+
+def compiled(name: str) -> ModuleType:
+    """The module ``custom_ops.<name>`` of compiled loops, imported on its first use.
+
+    The first import loads numba and the loops' cache (about a second). It runs on a helper
+    thread, which signals never interrupt: a Ctrl-C that lands during it reaches the caller
+    once the import is complete, where an interrupted import would leave numba half-loaded
+    for the rest of the process."""
+    module = sys.modules.get(f"custom_ops.{name}")
+    if module is not None:
+        return module
+    with ThreadPoolExecutor(1, thread_name_prefix="custom_ops-import") as loader:
+        return loader.submit(importlib.import_module, f"custom_ops.{name}").result()
