@@ -38,7 +38,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from custom_ops import KernelError
-from dml_onnx.builders import IR_VERSION, STANDARD_OPSET
+from dml_onnx.builders import make_model
 from dml_onnx.definition import RUNTIME_DOMAIN, OpDefinition
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
 from dml_onnx.runtime.private_api import (
@@ -262,12 +262,9 @@ def _cast(source: str, target: str) -> Callable[[np.ndarray], np.ndarray]:
     """A Cast from ``source`` to ``target`` (numpy type strings) on onnxruntime's kernels,
     single-threaded (on the calling thread: no worker threads left spinning beside numpy)."""
     elem = {t: helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in (source, target)}
-    graph = helper.make_graph(
-        [helper.make_node("Cast", ["x"], ["y"], to=elem[target])], "cast",
-        [helper.make_tensor_value_info("x", elem[source], ["n"])],
-        [helper.make_tensor_value_info("y", elem[target], ["n"])])
-    model = helper.make_model(graph, ir_version=IR_VERSION,
-                              opset_imports=[helper.make_opsetid("", STANDARD_OPSET)])
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=elem[target])],
+                       [helper.make_tensor_value_info("x", elem[source], ["n"])],
+                       [helper.make_tensor_value_info("y", elem[target], ["n"])], name="cast")
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options,

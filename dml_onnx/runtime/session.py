@@ -52,7 +52,7 @@ class InferenceSession:
         # the weights as arrays that onnxruntime takes from our own options, or, with the
         # caller's options (which would keep them after us), inside the serialized model
         model, weights = load_without_weights(path_or_bytes)
-        model = _runtime_model(model, guard=False, direct=True,
+        model = _runtime_model(model, mode="direct",
                                strings=isinstance(path_or_bytes, onnx.ModelProto))
         if weights and sess_options is not None:
             serialized, weights = serialized_with_weights(model, weights), {}
