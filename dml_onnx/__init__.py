@@ -7,14 +7,14 @@ Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) 
 Every name here loads its module on first use (``import dml_onnx`` imports nothing else), so
 that the command line starts at once and the onnxruntime binding, which imports
 onnxruntime-extensions (and, through it, torch where installed), loads only when used, or
-when onnxruntime-extensions is imported (:mod:`dml_onnx.declare`).
+when onnxruntime-extensions is imported (:mod:`dml_onnx._declare`).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from dml_onnx.declare import declare_with_extension
+from dml_onnx._declare import declare_with_extension
 
 __version__ = "0.1.0"
 

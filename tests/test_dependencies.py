@@ -10,7 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from dml_onnx import private_api
+from dml_onnx.runtime import private_api
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -64,7 +64,7 @@ def test_private_parts_are_used_only_by_the_adapter_module():
                for path in sorted((ROOT / package).rglob("*.py"))]
     users = [path.relative_to(ROOT).as_posix() for path in sources
              if _names(ast.parse(path.read_text())) & set(PRIVATE)]
-    assert users == ["dml_onnx/private_api.py"]
+    assert users == ["dml_onnx/runtime/private_api.py"]
 
 
 def test_a_missing_private_hook_fails_at_the_runtime_import_naming_the_supported_versions():

@@ -13,7 +13,9 @@ import dml_onnx
 from custom_ops.lp_pooling import lp_pooling
 from custom_ops.roi_align1 import roi_align1
 from custom_ops.unfold import unfold
+from dml_onnx.graphs import element_types, load_model
 from dml_onnx.runtime import RUNTIME_DOMAIN
+from dml_onnx.runtime.rewrite import _plan_node, _runtime_model
 
 WINDOW = {"window_sizes": [2, 2], "start_padding": [1, 0], "end_padding": [0, 1]}
 
@@ -137,9 +139,33 @@ def test_the_session_model_passes_graph_values_outside_onnxruntime():
     model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                    [_value("X", TensorProto.FLOAT, [1, 1, 3])],
                    [_value("U", TensorProto.FLOAT, [1, 2, 2])])
-    direct = dml_onnx.to_runtime_model(model, direct=True)
+    direct = _runtime_model(load_model(model), mode="direct", strings=True)
     (node,) = [n for n in direct.graph.node if n.domain == RUNTIME_DOMAIN]
     assert "X" not in node.input and node.output[0] == "U"
     assert node.op_type.endswith("_unguarded")
     assert not direct.graph.output[0].type.tensor_type.HasField("shape")
     assert [i.name for i in direct.graph.input] == ["X"]  # still checked by onnxruntime
+
+
+def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
+    """The plan needs no session: float16 reaches a float16 kernel (Unfold) uncast when all its
+    inputs are direct, and every other kernel through a Cast to float32."""
+    unfold = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
+                    [_value("X", TensorProto.FLOAT16, [1, 1, 3])],
+                    [_value("U", TensorProto.FLOAT16)])
+    plan = _plan_node(unfold.graph.node[0], element_types(unfold), {"X"}, {"U"})
+    ((x,), (u,)) = plan.inputs, plan.outputs
+    assert (x.direct, x.cast, x.runtime_type) == (True, False, TensorProto.FLOAT)
+    assert (u.runtime_type, u.node_type) == (TensorProto.FLOAT, TensorProto.FLOAT16)
+    assert plan.config["feeds"] == [["X", "float16", "float16"]]
+    assert plan.config["fetches"] == [["U", "float16"]]
+
+    pool = _model([dml_onnx.lp_pooling("X", "Y", window_size=[3, 3])],
+                  [_value("X", TensorProto.FLOAT16, [1, 1, 4, 4])],
+                  [_value("Y", TensorProto.FLOAT16)])
+    plan = _plan_node(pool.graph.node[0], element_types(pool), {"X"}, set())
+    assert plan.config["feeds"] == [["X", "float16", "float32"]]
+    assert "fetches" in plan.config and plan.config["fetches"] == [None]
+    plan = _plan_node(pool.graph.node[0], element_types(pool), set(), set())
+    assert (plan.inputs[0].direct, plan.inputs[0].cast) == (False, True)
+    assert "feeds" not in plan.config and plan.config["outputs"] == [True]

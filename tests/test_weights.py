@@ -1,4 +1,4 @@
-"""Models without their weights (dml_onnx.weights): every initializer either becomes a stub
+"""Models without their weights (dml_onnx.runtime.weights): every initializer either becomes a stub
 whose array holds exactly its values, or stays in the model as it was; whatever the source
 (path, bytes, ModelProto), wire layout or damage."""
 
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.weights import _FileData, load_without_weights, serialized_with_weights
+from dml_onnx.runtime.weights import _FileData, load_without_weights, serialized_with_weights
 
 RNG = np.random.default_rng(11)
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -207,7 +207,7 @@ def test_a_session_on_a_file_owns_its_weights_and_leaves_the_options_as_they_wer
 def test_a_file_changed_while_it_is_read_is_refused(tmp_path, monkeypatch):
     """A file written while the session reads it (its graph and weights may not fit) is
     refused with OSError naming it, never read half old, half new."""
-    import dml_onnx.weights as weights
+    import dml_onnx.runtime.weights as weights
     path = tmp_path / "model.onnx"
     onnx.save(_model(_initializers()[:3]), path)
     take = weights._take_values

@@ -1,0 +1,49 @@
+"""The onnxruntime binding: run ``dml_onnx`` nodes in onnxruntime through onnxruntime-extensions.
+
+onnxruntime-extensions runs Python kernels ("PyOps") but passes neither list attributes nor
+exact float attributes, cannot pass float16, supports only required inputs and outputs, turns
+outputs into Python lists, and ends the process when a kernel raises. So a model is rewritten
+before onnxruntime sees it (:func:`to_runtime_model`): every ``dml_onnx`` node becomes one PyOp
+node of the private domain ``dml_onnx.runtime``, chosen for the node's element types, that
+
+- carries the node's attributes, defaults filled in, as one exact JSON string attribute;
+- gets float16 inputs through ``Cast`` to float32 and casts its outputs back;
+- receives an empty tensor for an absent optional input and a throw-away name for an absent
+  optional output;
+- returns, next to each output, that output's shape; in a model for plain onnxruntime sessions
+  a ``Reshape`` by this shape guards the output: after a failed kernel the shapes disagree, so
+  onnxruntime fails the run instead of handing back a wrong tensor. (:class:`InferenceSession`
+  checks every run itself and uses unguarded PyOps, which return no shapes: on a graph output
+  a guard costs a copy, and every extra output time.)
+
+The invocation hook passes numpy arrays both ways (no lists) and never lets an exception escape:
+it keeps the error for the calling thread, and :class:`InferenceSession` raises it from
+``run()`` as :class:`KernelError`.
+
+onnxruntime-extensions copies every input of a PyOp into a new array and every output into
+onnxruntime's buffer. :class:`InferenceSession` avoids both where it can (``direct`` rewrite):
+a graph input that a ``dml_onnx`` node reads reaches the kernel as the caller's array (the PyOp
+gets an empty placeholder; onnxruntime still checks the feed's type and shape), and a graph
+output that only a ``dml_onnx`` node produces is handed back as the kernel's array (the PyOp
+returns an empty tensor that ``run()`` replaces). Direct float16 values are converted to and
+from float32 by onnxruntime's ``Cast`` (numpy's float16 conversions are about 20 times slower),
+except for the operators in :data:`FLOAT16_KERNELS`, which take float16 as it is when all
+their inputs of that type are direct.
+
+The package: :mod:`~dml_onnx.runtime.hook` declares the PyOps and runs their kernels (all the
+binding's process-global state), :mod:`~dml_onnx.runtime.rewrite` rewrites models for them,
+:mod:`~dml_onnx.runtime.session` is :class:`InferenceSession`,
+:mod:`~dml_onnx.runtime.weights` takes a model's weights apart from its graph, and
+:mod:`~dml_onnx.runtime.private_api` holds every private part of onnxruntime-extensions and
+onnxruntime it uses. Importing it declares the PyOps and installs the hook.
+"""
+
+from __future__ import annotations
+
+from dml_onnx.definition import RUNTIME_DOMAIN
+from dml_onnx.runtime.hook import register_runtime_ops, take_error
+from dml_onnx.runtime.rewrite import FLOAT16_KERNELS, to_runtime_model
+from dml_onnx.runtime.session import ASYNC_THREADS, InferenceSession, quiet_session_options
+
+__all__ = ["ASYNC_THREADS", "FLOAT16_KERNELS", "RUNTIME_DOMAIN", "InferenceSession",
+           "quiet_session_options", "register_runtime_ops", "take_error", "to_runtime_model"]

@@ -1,0 +1,303 @@
+"""The PyOps and the invocation hook: declare each operator's variants to
+onnxruntime-extensions and run their kernels on numpy arrays.
+
+A PyOp is one operator at one concrete element type per type constraint (no float16: that is
+computed in float32), guarded (it returns each output's shape too) or not. Its inputs are the
+node's inputs, then the node's config (UTF-8 JSON as uint8: op, node label, attributes,
+present inputs and outputs, direct feeds and fetches; :mod:`dml_onnx.runtime.rewrite` writes
+it). The hook returns ``(id, shape, array, ...)`` and never lets an exception escape: it keeps
+the first error for the calling thread (:func:`take_error`).
+
+Process-global state, all of it here:
+
+- the hook itself: onnxruntime-extensions has one hook for every PyOp of the process
+  (:func:`dml_onnx.runtime.private_api.install_hook`); ours hands the others' PyOps back to
+  the extension's own hook. :func:`register_runtime_ops` installs it once, when this module
+  is imported, so that the PyOps are declared before any session options register the
+  extension library;
+- ``_VARIANTS_BY_ID`` (PyOp id -> variant) and ``_registration_lock``, which keeps two threads
+  from declaring the variants twice;
+- ``_state``, thread-local: the calls of one run happen on the thread that called ``run()``
+  (sequential execution), which is how the hook gets the caller's feeds, hands back direct
+  outputs and reports a failed kernel to that run alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from custom_ops import KernelError
+from dml_onnx.builders import make_model
+from dml_onnx.definition import RUNTIME_DOMAIN, OpDefinition
+from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
+from dml_onnx.runtime.private_api import (
+    PyCustomOpDef,
+    declare_pyop,
+    extension_hook,
+    install_hook,
+)
+
+_logger = logging.getLogger("dml_onnx")
+
+# ONNX element type -> (name in op types, PyOp type code, numpy dtype) of the types PyOps take.
+_PYOP_TYPES = {
+    TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float, np.float32),
+    TensorProto.DOUBLE: ("double", PyCustomOpDef.dt_double, np.float64),
+    TensorProto.INT8: ("int8", PyCustomOpDef.dt_int8, np.int8),
+    TensorProto.INT16: ("int16", PyCustomOpDef.dt_int16, np.int16),
+    TensorProto.INT32: ("int32", PyCustomOpDef.dt_int32, np.int32),
+    TensorProto.INT64: ("int64", PyCustomOpDef.dt_int64, np.int64),
+    TensorProto.UINT8: ("uint8", PyCustomOpDef.dt_uint8, np.uint8),
+    TensorProto.UINT16: ("uint16", PyCustomOpDef.dt_uint16, np.uint16),
+    TensorProto.UINT32: ("uint32", PyCustomOpDef.dt_uint32, np.uint32),
+    TensorProto.UINT64: ("uint64", PyCustomOpDef.dt_uint64, np.uint64),
+    TensorProto.BOOL: ("bool", PyCustomOpDef.dt_bool, np.bool_),
+}
+# The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
+_CAST_TO_FLOAT = {TensorProto.FLOAT16}
+_CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """One PyOp: an operator at one concrete element type per type constraint; a guarded one
+    returns each output's shape too (for the guard ``Reshape``), an unguarded one does not."""
+
+    definition: OpDefinition
+    output_dtypes: tuple[np.dtype, ...]
+    guarded: bool
+
+
+_VARIANTS_BY_ID: dict[int, _Variant] = {}
+_registration_lock = threading.Lock()
+
+
+class _ThreadState(threading.local):
+    """What one thread's runs share with the hook (class attributes: each thread's start)."""
+
+    error: BaseException | None = None  # of the first failed kernel, until taken
+    in_session = 0  # depth of InferenceSession.run calls
+    feeds: dict[str, Any] | None = None  # the feed of the current InferenceSession.run
+    fetched: dict[str, np.ndarray] | None = None  # its direct outputs, by name
+
+
+_state = _ThreadState()
+
+
+def _variant_name(definition: OpDefinition, types: dict[str, int], guarded: bool) -> str:
+    return "_".join([definition.name, *(_PYOP_TYPES[types[name]][0] for name in types),
+                     *([] if guarded else ["unguarded"])])
+
+
+def _type_params(definition: OpDefinition) -> list[str]:
+    return list(dict.fromkeys(p.type for p in (*definition.inputs, *definition.outputs)))
+
+
+_TYPE_STRINGS = {"tensor(float16)": TensorProto.FLOAT16,
+                 **{f"tensor({name})": elem for elem, (name, _, _) in _PYOP_TYPES.items()}}
+"""Type-constraint strings of the schemas -> ONNX element types."""
+
+
+def register_runtime_ops() -> None:
+    """Declare every operator's PyOps with onnxruntime-extensions and install the fast hook.
+
+    Idempotent; runs when this module is imported (2 ms), so that a plain onnxruntime session
+    may register the extension library before or after :func:`to_runtime_model` (the library
+    sees only the operators declared when it is registered).
+    """
+    with _registration_lock:
+        if _VARIANTS_BY_ID:
+            return
+        for definition in OPERATORS:
+            params = _type_params(definition)
+            choices = [sorted({_TYPE_STRINGS[t] for t in definition.type_constraints[p]}
+                              - _CAST_TO_FLOAT) for p in params]
+            for combo, guarded in itertools.product(itertools.product(*choices), (True, False)):
+                types = dict(zip(params, combo))
+                op_type = _variant_name(definition, types, guarded)
+                outputs = []
+                for parameter in definition.outputs:
+                    outputs += [_PYOP_TYPES[types[parameter.type]][1],
+                                *([PyCustomOpDef.dt_int64] if guarded else [])]
+                op_id = declare_pyop(  # the config comes last, as uint8 (UTF-8 JSON)
+                    f"{RUNTIME_DOMAIN}::{op_type}",
+                    [*(_PYOP_TYPES[types[p.type]][1] for p in definition.inputs),
+                     PyCustomOpDef.dt_uint8], outputs, {})
+                _VARIANTS_BY_ID[op_id] = _Variant(
+                    definition,
+                    tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs),
+                    guarded)
+        install_hook(_invoke)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One node's kernel call, parsed once from its config."""
+
+    definition: OpDefinition
+    node: str
+    run: Callable[[Sequence[np.ndarray | None]], tuple[np.ndarray | None, ...]]
+    absent: tuple[int, ...]  # inputs the kernel gets as None
+    feeds: tuple[tuple[int, str, np.dtype, np.dtype], ...]
+    """Direct inputs: index, graph input, its element type, the element type the kernel gets."""
+    fetches: tuple[tuple[str, np.dtype] | None, ...]  # per output: direct graph output, type
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_config(config: bytes) -> _Call:
+    data = json.loads(config.decode())  # UnicodeDecodeError: a crafted node's, reported
+    definition = OPERATORS_BY_NAME[data["op"]]
+    feeds = data.get("feeds") or [None] * len(definition.inputs)
+    fetches = data.get("fetches") or [None] * len(definition.outputs)
+    return _Call(definition, data["node"],
+                 definition.bind_kernel(data["attributes"], data["node"], data["outputs"]),
+                 tuple(i for i, present in enumerate(data["inputs"]) if not present),
+                 tuple((i, f[0], np.dtype(f[1]), np.dtype(f[2])) for i, f in enumerate(feeds)
+                       if f),
+                 tuple(f and (f[0], np.dtype(f[1])) for f in fetches))
+
+
+def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
+    """The hook: ``feed`` is the node's inputs, then its config (no string attribute: the
+    extension would convert one to ``str`` in C++, and a value that is not UTF-8 would end
+    the process there)."""
+    variant = _VARIANTS_BY_ID.get(k_id)
+    if variant is None:  # somebody else's PyOp: the extension's own hook
+        return extension_hook(k_id, feed, attributes)
+    if _state.in_session and _state.error is not None:
+        return _placeholders(k_id, variant)  # a kernel of this run failed: report that one
+    config = feed[-1].tobytes() if feed else b""
+    try:
+        return (k_id, *_run_call(_parse_config(config), feed[:-1], variant))
+    except BaseException as exc:  # noqa: BLE001 - anything escaping here ends the process
+        _state.error = _kernel_error(exc, variant, config)
+        if not _state.in_session:
+            _logger.error("%s", _state.error if isinstance(exc, Exception) else
+                          f"{variant.definition.name} '{_node_of(config)}': kernel stopped "
+                          f"by {type(exc).__name__}")
+        return _placeholders(k_id, variant)
+
+
+def _kernel_error(exc: BaseException, variant: _Variant, config: bytes) -> BaseException:
+    """What ``run()`` raises for an exception of a kernel: a :class:`KernelError` as it is,
+    an interrupt or exit (not an ``Exception``) as it is, anything else as a
+    :class:`KernelError` naming the exception."""
+    if isinstance(exc, KernelError) or not isinstance(exc, Exception):
+        return exc
+    error = KernelError(variant.definition.name, _node_of(config), "kernel",
+                        type(exc).__name__, f"raised: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _placeholders(k_id: int, variant: _Variant) -> tuple:
+    """The hook's result for a failed kernel: empty outputs, which a guard ``Reshape``
+    refuses."""
+    result: list[Any] = [k_id]
+    for dtype in variant.output_dtypes:
+        result += [(0,), np.zeros(0, dtype)]
+        if variant.guarded:
+            result += [(1,), np.ones(1, np.int64)]
+    return tuple(result)
+
+
+def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[Any]:
+    """The kernel's outputs as the hook returns them: shape and array for each output,
+    followed, for a guarded variant, by its shape as a tensor (what the guard Reshape reads)."""
+    inputs: list[np.ndarray | None] = list(feed)
+    for i in call.absent:
+        inputs[i] = None
+    if call.feeds:
+        given = _state.feeds
+        for i, name, dtype, kernel_dtype in call.feeds:
+            inputs[i] = _convert(_feed(given, name, dtype), kernel_dtype)
+    result: list[Any] = []
+    for array, dtype, fetch in zip(call.run(inputs), variant.output_dtypes, call.fetches):
+        if array is not None and fetch is not None:
+            _state.fetched[fetch[0]] = _convert(_contiguous(array, array.dtype), fetch[1])
+            array = None
+        array = _EMPTY[dtype] if array is None else _contiguous(array, dtype)
+        result += (array.shape, array)
+        if variant.guarded:
+            result += ((array.ndim,), _shape_tensor(array.shape))
+    return result
+
+
+_EMPTY = {np.dtype(t): np.zeros(0, t) for _, _, t in _PYOP_TYPES.values()}
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_tensor(shape: tuple[int, ...]) -> np.ndarray:
+    return np.array(shape, np.int64)
+
+
+def _contiguous(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype)
+
+
+def _convert(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as ``dtype``; large float16 conversions by onnxruntime's Cast."""
+    if array.dtype == dtype:
+        return array
+    if array.size < _CAST_BY_ONNXRUNTIME:
+        return array.astype(dtype)
+    return _cast(array.dtype.str, dtype.str)(array)
+
+
+@functools.cache
+def _cast(source: str, target: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A Cast from ``source`` to ``target`` (numpy type strings) on onnxruntime's kernels,
+    single-threaded (on the calling thread: no worker threads left spinning beside numpy)."""
+    elem = {t: helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in (source, target)}
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=elem[target])],
+                       [helper.make_tensor_value_info("x", elem[source], ["n"])],
+                       [helper.make_tensor_value_info("y", elem[target], ["n"])], name="cast")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+
+    def cast(array: np.ndarray) -> np.ndarray:
+        return session.run(None, {"x": array.reshape(-1)})[0].reshape(array.shape)
+    return cast
+
+
+def _feed(given: dict[str, Any] | None, name: str, dtype: np.dtype) -> np.ndarray:
+    """The caller's array for a direct input (onnxruntime has checked its type and shape)."""
+    if given is None or name not in given:
+        raise RuntimeError(f"input {name!r} reaches the kernel only through "
+                           "dml_onnx.InferenceSession.run")
+    value = given[name]
+    if type(value) is np.ndarray and value.dtype == dtype:
+        return value
+    return np.asarray(value, dtype)
+
+
+def _node_of(config: bytes) -> str:
+    try:
+        return str(json.loads(config.decode())["node"])
+    except Exception:  # noqa: BLE001 - only for the message of another error
+        return "<unreadable config>"
+
+
+def take_error() -> BaseException | None:
+    """The error of the first kernel that failed on this thread since the last call, if any:
+    a :class:`KernelError`, or the ``KeyboardInterrupt`` or ``SystemExit`` that stopped it."""
+    error, _state.error = _state.error, None
+    return error
+
+
+register_runtime_ops()

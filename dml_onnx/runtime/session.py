@@ -1,0 +1,210 @@
+"""The session: :class:`InferenceSession` (``onnxruntime.InferenceSession`` for models with
+``dml_onnx`` nodes), the worker threads of its ``run_async``, and the session options every
+process that runs ``dml_onnx`` kernels wants (:func:`quiet_session_options`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from custom_ops._threads import thread_limit
+from dml_onnx.runtime.hook import _state, take_error
+from dml_onnx.runtime.private_api import get_library_path, session_run
+from dml_onnx.runtime.rewrite import _runtime_model
+from dml_onnx.runtime.weights import load_without_weights, serialized_with_weights
+
+_logger = logging.getLogger("dml_onnx")
+
+
+class InferenceSession:
+    """``onnxruntime.InferenceSession`` for models with ``dml_onnx`` nodes.
+
+    Takes a path, serialized bytes or a ModelProto and the constructor arguments of
+    ``onnxruntime.InferenceSession``; ``run()`` has its signature. An invalid input of a
+    ``dml_onnx`` node makes ``run()`` raise :class:`KernelError` (a ``ValueError``) naming the
+    operator, node, field and value; the session keeps working. The given ``sess_options``
+    gets the onnxruntime-extensions library registered, sequential execution, and
+    ``session.intra_op.allow_spinning`` / ``session.inter_op.allow_spinning`` set to "0"
+    unless already set (onnxruntime's idle workers would spin on the cores our kernels use);
+    its ``intra_op_num_threads``, when set, also limits the threads of our kernels.
+    Everything else is delegated to the wrapped onnxruntime session.
+
+    The rewritten model reaches onnxruntime without its weights (see
+    :mod:`dml_onnx.runtime.weights`): they are read once, into arrays the session owns (a
+    file's never memory-mapped: after creation the session does not depend on the file),
+    which onnxruntime takes as external initializers on options of our own, or, with the
+    caller's options (external initializers added to them would outlive the session), inside
+    the serialized model.
+    """
+
+    def __init__(self, path_or_bytes: str | os.PathLike | bytes | onnx.ModelProto,
+                 sess_options: ort.SessionOptions | None = None,
+                 providers: Sequence[str | tuple[str, dict]] | None = None,
+                 provider_options: Sequence[dict] | None = None, **kwargs: Any):
+        # the weights as arrays that onnxruntime takes from our own options, or, with the
+        # caller's options (which would keep them after us), inside the serialized model
+        model, weights = load_without_weights(path_or_bytes)
+        model = _runtime_model(model, mode="direct",
+                               strings=isinstance(path_or_bytes, onnx.ModelProto))
+        if weights and sess_options is not None:
+            serialized, weights = serialized_with_weights(model, weights), {}
+        else:
+            serialized = model.SerializeToString()
+        options = sess_options or ort.SessionOptions()
+        if sess_options is None:
+            options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
+        _register_extensions_library(options)
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
+        quiet_session_options(options)  # idle workers would take the cores our kernels use
+        self._threads = options.intra_op_num_threads  # 0: every core
+        self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+        if weights:  # onnxruntime reads them where they are: they live as long as we do
+            options.add_external_initializers(list(weights), self._weights)
+        self._session = ort.InferenceSession(
+            serialized, options,
+            providers=list(providers) if providers else ["CPUExecutionProvider"],
+            provider_options=provider_options, **kwargs)
+        self._output_names = [o.name for o in self._session.get_outputs()]
+        self._run_options = ort.RunOptions()
+        self._run_options.log_severity_level = 4  # a failed kernel is raised, not logged
+        self._run = session_run(self._session)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+            run_options: ort.RunOptions | None = None) -> list[Any]:
+        state = _state
+        state.error = None
+        state.in_session += 1
+        outer = state.feeds, state.fetched
+        state.feeds, state.fetched = input_feed, {}
+        names = output_names or self._output_names
+        threads = thread_limit.set(self._threads)
+        try:
+            outputs = self._run(names, input_feed, run_options or self._run_options)
+            fetched = state.fetched
+        except Exception as exc:
+            error = take_error()
+            if error is None:
+                raise
+            raise error from error.__cause__ or exc
+        finally:
+            thread_limit.reset(threads)
+            state.in_session -= 1
+            state.feeds, state.fetched = outer
+        error = take_error()
+        if error is not None:
+            raise error
+        if fetched:
+            outputs = [fetched.get(name, value) for name, value in zip(names, outputs)]
+        return outputs
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None,
+                            input_dict_ort_values: dict[str, ort.OrtValue],
+                            run_options: ort.RunOptions | None = None) -> list[ort.OrtValue]:
+        """:meth:`run` over CPU ``OrtValue`` tensors, outputs as ``OrtValue`` tensors."""
+        feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
+        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(output))
+                for output in self.run(output_names, feeds, run_options)]
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+                  callback: Callable[[list[Any] | None, Any, str], None], user_data: Any,
+                  run_options: ort.RunOptions | None = None) -> None:
+        """:meth:`run` on one of :data:`ASYNC_THREADS` shared worker threads (calls beyond
+        them wait in a queue), then ``callback(outputs, user_data, "")``, or
+        ``callback(None, user_data, message)`` when the run fails."""
+        def work() -> None:
+            try:
+                outputs = self.run(output_names, input_feed, run_options)
+            except Exception as error:  # noqa: BLE001 - reported to the callback, as onnxruntime
+                callback(None, user_data, str(error))
+            else:
+                callback(outputs, user_data, "")
+        _async_queue().put(work)
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "dml_onnx.InferenceSession does not support I/O binding (io_binding, "
+            "run_with_iobinding, run_with_ortvaluevector): its kernels read and write numpy "
+            "arrays; use run(), run_with_ort_values() or run_async()")
+
+    io_binding = run_with_iobinding = run_with_ortvaluevector = _unsupported
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+ASYNC_THREADS = 4
+"""Worker threads of ``run_async``, shared by every session of the process: a run takes the
+cores by itself (its kernels and onnxruntime's use all of them), so more would only queue on
+the interpreter lock, and a thread per call ran out of threads (2,000 calls: 1,345 threads)."""
+_async: tuple[int, queue.SimpleQueue] | None = None  # with the process that started it
+_async_lock = threading.Lock()
+
+
+def _async_queue() -> queue.SimpleQueue:
+    """The queue of ``run_async`` work, served by :data:`ASYNC_THREADS` daemon threads (a
+    forked child starts its own)."""
+    global _async
+    with _async_lock:
+        if _async is None or _async[0] != os.getpid():
+            tasks: queue.SimpleQueue = queue.SimpleQueue()
+
+            def serve() -> None:
+                while True:
+                    task = tasks.get()
+                    try:
+                        task()
+                    except Exception:  # a failing callback stops neither this thread nor others
+                        _logger.exception("dml_onnx.InferenceSession.run_async: the callback "
+                                          "raised")
+
+            for k in range(ASYNC_THREADS):
+                threading.Thread(target=serve, name=f"dml_onnx.run_async.{k}",
+                                 daemon=True).start()
+            _async = os.getpid(), tasks
+        return _async[1]
+
+
+_REGISTERED_KEY = "dml_onnx.extensions_library_registered"
+"""The session config entry that marks options on which the onnxruntime-extensions library
+is registered (registering it twice fails the session)."""
+_NO_SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+"""Session options set to "0" unless the caller set them: onnxruntime's idle worker threads
+then sleep instead of spinning on the cores a Python kernel right after them needs."""
+
+
+def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """``options`` (or new ones) for your other, plain onnxruntime sessions in a process that
+    runs ``dml_onnx`` kernels: their idle worker threads sleep instead of spinning after each
+    run (``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` "0",
+    unless already set), so that a kernel called right after them gets the cores. On the
+    16-core server a RoiAlign1 call that takes 10 ms alone took 38 ms right after a plain
+    session with onnxruntime's default, 12.5 ms with these options."""
+    options = options or ort.SessionOptions()
+    for key in _NO_SPINNING:
+        if _config_entry(options, key) is None:
+            options.add_session_config_entry(key, "0")
+    return options
+
+
+def _config_entry(options: ort.SessionOptions, key: str) -> str | None:
+    """The session config entry ``key`` of ``options``, or ``None`` where it is not set."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return None
+
+
+def _register_extensions_library(options: ort.SessionOptions) -> None:
+    """Register onnxruntime-extensions once per options object (twice fails the session)."""
+    if _config_entry(options, _REGISTERED_KEY) is None:
+        options.register_custom_ops_library(get_library_path())
+        options.add_session_config_entry(_REGISTERED_KEY, "1")
+
