@@ -26,7 +26,7 @@ _EXPORTS = {
     "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION"),
     "dml_onnx.form": ("NotEquivalent",),
     "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
-    "dml_onnx.raising": ("Raised", "raise_model"),
+    "dml_onnx.raising": ("NotRaisable", "Raised", "raise_model"),
     "dml_onnx.reference": ("ReferenceEvaluator",),
     "dml_onnx.runtime": ("InferenceSession", "quiet_session_options", "register_runtime_ops",
                          "to_runtime_model"),
