@@ -22,7 +22,7 @@ _EXPORTS = {
     "custom_ops": ("KernelError",),
     "custom_ops._common": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
-    "dml_onnx.check": ("check_model",),
+    "dml_onnx.check": ("check_model", "model_problems"),
     "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION"),
     "dml_onnx.form": ("NotEquivalent",),
     "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from dml_onnx import conformance, docs, probes
-from dml_onnx.check import check_model
+from dml_onnx.check import model_problems
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import load_model, save_model
 from dml_onnx.raising import NotRaisable, raise_model
@@ -112,7 +112,7 @@ def raise_nodes(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    problems = check_model(args.model)
+    problems = model_problems(args.model)
     for problem in problems:
         print(problem)
     print(f"{args.model}: {len(problems)} problem(s)")
