@@ -10,8 +10,9 @@ from pathlib import Path
 
 import onnx
 
-from dml_onnx import conformance, docs, probes
+from dml_onnx import conformance, docs
 from dml_onnx.check import model_problems
+from dml_onnx.conformance import probes
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import load_model, save_model
 from dml_onnx.raising import NotRaisable, raise_model

@@ -150,9 +150,9 @@ def test_without_torch_the_import_names_the_extra_and_the_rest_runs():
                    "try:\n    import dml_onnx.torch\nexcept ImportError as e:\n    print(e)")
     assert "pip install 'dml-onnx[torch]'" in done.stdout, done.stderr
     done = _python("import sys; sys.modules['torch'] = None\n"
-                   "import numpy as np, dml_onnx, dml_onnx.conformance\n"
+                   "import numpy as np, dml_onnx, dml_onnx.builders, dml_onnx.conformance\n"
                    "from dml_onnx.ops import OPERATORS_BY_NAME\n"
-                   "model = dml_onnx.conformance.single_node_model(\n"
+                   "model = dml_onnx.builders.single_node_model(\n"
                    "    OPERATORS_BY_NAME['Unfold'], (np.ones((1, 1, 3, 3), np.float32),),\n"
                    "    {'window_sizes': [2, 2]}, (True,))\n"
                    "print(dml_onnx.InferenceSession(model).run(None, {'X': np.ones((1, 1, 3, 3),"
