@@ -25,14 +25,9 @@ from dml_onnx.graphs import check_structure, element_types, load_model, unused_p
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 
-def imported_opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain opset (0 where it imports none)."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's default-domain opset; raises :class:`NotEquivalent` below the minimum."""
-    opset = imported_opset(model)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MINIMUM_OPSET:
         raise NotEquivalent(f"the standard forms need the default opset >= {MINIMUM_OPSET}, "
                             f"the model imports {opset or 'none'} (onnx.version_converter "
@@ -163,5 +158,5 @@ def _drop_domain(model: onnx.ModelProto) -> None:
     model.functions.extend(functions)
 
 
-__all__ = ["MINIMUM_OPSET", "NotEquivalent", "default_opset", "imported_opset", "lower_model",
-           "standard_nodes", "with_functions"]
+__all__ = ["MINIMUM_OPSET", "NotEquivalent", "default_opset", "lower_model", "standard_nodes",
+           "with_functions"]

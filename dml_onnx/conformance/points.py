@@ -138,7 +138,8 @@ POINTS: tuple[Point, ...] = (
           "which read 0?",
           (_roi_align_case("edges", [r for t in (-1.0, -0.5, 0.0, 3.0, 3.5, 4.0)
                                      for r in _edges(t)], (1, 1)),),
-          {SPEC: _reading(roi_align), "closed_bounds": _reading(roi_align, bounds="closed"),
+          {SPEC: _reading(roi_align),
+           "closed_bounds": _reading(roi_align, bounds="closed"),
            "image_bounds": _reading(roi_align, bounds="image")},
           "closed_bounds"),
     Point("roi_align_adaptive_empty",

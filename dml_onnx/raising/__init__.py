@@ -32,12 +32,12 @@ from dml_onnx.definition import (
     element_type,
     node_label,
 )
-from dml_onnx.form import MINIMUM_OPSET, op_version
+from dml_onnx.form import NotEquivalent, op_version
 from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising.chains import chains
 from dml_onnx.raising.rules import EDGE_REGIONS, RULES, _Kept, _Node, _Raise
-from dml_onnx.standard import imported_opset, with_functions
+from dml_onnx.standard import default_opset, with_functions
 
 
 class NotRaisable(ValueError):
@@ -121,12 +121,10 @@ def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
 
 def _opset(model: onnx.ModelProto) -> int:
     """The model's default-domain opset; :class:`NotRaisable` below the minimum."""
-    opset = imported_opset(model)
-    if opset < MINIMUM_OPSET:
-        raise NotRaisable(f"raising needs the default opset >= {MINIMUM_OPSET} (the standard "
-                          f"forms of the raised nodes do), the model imports {opset or 'none'} "
-                          "(onnx.version_converter can convert the model first)")
-    return opset
+    try:
+        return default_opset(model)
+    except NotEquivalent as error:
+        raise NotRaisable(f"raising: {error}") from None
 
 
 def _raised_nodes(view: _Node, rule: Callable[[_Node], _Raise]) -> list[onnx.NodeProto]:
