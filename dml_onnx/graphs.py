@@ -1,4 +1,5 @@
-"""Walking models: element types of values, and where ``dml_onnx`` nodes may not be."""
+"""Walking models: every node at any depth (:func:`walk_nodes`), element types of values, and
+where ``dml_onnx`` nodes may not be."""
 
 from __future__ import annotations
 
