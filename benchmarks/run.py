@@ -43,7 +43,7 @@ import numpy as np
 import onnxruntime as ort
 
 import dml_onnx
-from dml_onnx.builders import single_node_model
+from dml_onnx.conformance import single_node_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
