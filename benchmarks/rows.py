@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 import dml_onnx
 from benchmarks.harness import session_options, torch_threads
-from dml_onnx.conformance import single_node_model
+from dml_onnx.builders import single_node_model
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """``dml-onnx check``: every problem of a model's ``dml_onnx`` nodes, without running it.
 
-:func:`check_model` validates each ``dml_onnx`` node of the main graph the way the layers that
-load and run it do: the operator exists, inputs and outputs fit its signature, attributes have
-their types and valid values (:meth:`OpDefinition.check_node`), input element types fit the
-type constraints, shapes pass the operator's shape inference (onnx shape inference with the
-domain's schemas, so shapes flow through standard nodes too) and outputs whose sizes are known
-fit the memory limit (:func:`dml_onnx.memory_limit`). Problems found only with data (ROI values,
-batch indices) need a run: :class:`dml_onnx.InferenceSession` reports those.
+:func:`model_problems` (also named :func:`check_model`, its earlier name) validates each
+``dml_onnx`` node of the main graph the way the layers that load and run it do: the operator
+exists, inputs and outputs fit its signature, attributes have their types and valid values
+(:meth:`OpDefinition.check_node`), input element types fit the type constraints, shapes pass
+the operator's shape inference (onnx shape inference with the domain's schemas, so shapes flow
+through standard nodes too) and outputs whose sizes are known fit the memory limit
+(:func:`dml_onnx.memory_limit`). Problems found only with data (ROI values, batch indices)
+need a run: :class:`dml_onnx.InferenceSession` reports those.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.schemas import register_schemas
 
 
-def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]:
+def model_problems(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]:
     """The problems of a model (a path, serialized bytes or a ModelProto), in graph order.
 
     Each problem of a node reads ``"<Op> '<node>': <field> <value> <rule>"``; problems of the
@@ -56,6 +57,10 @@ def check_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]
         if node.domain == DOMAIN:
             problems += _node_problems(node, types, shapes)
     return problems
+
+
+check_model = model_problems
+"""The earlier name of :func:`model_problems` (it returns the problems; it raises nothing)."""
 
 
 def _shapes(graph: onnx.GraphProto) -> dict[str, Shape]:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import onnx
 
-from dml_onnx import conformance, docs, probes
-from dml_onnx.check import check_model
+from dml_onnx import conformance, docs
+from dml_onnx.check import model_problems
+from dml_onnx.conformance import probes
 from dml_onnx.definition import DOMAIN
-from dml_onnx.form import NotEquivalent
 from dml_onnx.graphs import load_model, save_model
-from dml_onnx.raising import raise_model
+from dml_onnx.raising import NotRaisable, raise_model
 from dml_onnx.standard import lower_model
 
 
@@ -113,7 +113,7 @@ def raise_nodes(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    problems = check_model(args.model)
+    problems = model_problems(args.model)
     for problem in problems:
         print(problem)
     print(f"{args.model}: {len(problems)} problem(s)")
@@ -128,7 +128,7 @@ def _raisable(model: onnx.ModelProto, path: Path) -> None:
     """For a model without ``dml_onnx`` nodes: what ``dml-onnx raise`` would do with it."""
     try:
         result = raise_model(model, functions=False)
-    except NotEquivalent as error:
+    except NotRaisable as error:
         print(f"{path} has no dml_onnx nodes; dml-onnx raise cannot convert it: {error}")
         return
     print(f"{path} has no dml_onnx nodes; dml-onnx raise would convert "

@@ -69,7 +69,7 @@ def agrees(ours: np.ndarray, directml: np.ndarray) -> bool:
 def run_case(case: dict[str, Any], runtime: str = "onnxruntime") -> dict[str, np.ndarray]:
     """Our outputs for ``case``, by the dml_onnx kernels in onnxruntime (``runtime``
     ``"onnxruntime"``) or by the reference evaluator (``"reference"``)."""
-    from dml_onnx.conformance import single_node_model
+    from dml_onnx.builders import single_node_model
     from dml_onnx.ops import OPERATORS_BY_NAME
 
     definition = OPERATORS_BY_NAME[case["operator"]]

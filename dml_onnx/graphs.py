@@ -1,4 +1,5 @@
-"""Walking models: element types of values, and where ``dml_onnx`` nodes may not be."""
+"""Walking models: every node at any depth (:func:`walk_nodes`), element types of values, and
+where ``dml_onnx`` nodes may not be."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx
@@ -231,15 +232,11 @@ def unused_prefix(graph: onnx.GraphProto, base: str) -> str:
     depth: value, initializer and node names) starts with it, so that names made from it are
     new in every scope (a branch's own value of that name would break single assignment)."""
     names: set[str] = set()
-
-    def visit(g: onnx.GraphProto) -> None:
+    for g in (graph, *nested_graphs(graph)):
         names.update(v.name for v in (*g.input, *g.output, *g.value_info))
         names.update(t.name for t in g.initializer)
-        for node in g.node:
-            names.update((*node.input, *node.output, node.name))
-            for sub in subgraphs(node):
-                visit(sub)
-    visit(graph)
+    for node in walk_nodes(graph):
+        names.update((*node.input, *node.output, node.name))
     prefix = base
     while any(name.startswith(prefix) for name in names):
         prefix += "_"
@@ -252,6 +249,22 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         if attribute.HasField("g"):
             yield attribute.g
         yield from attribute.graphs
+
+
+def walk_nodes(graph: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` (or of a function's body) and of the subgraphs its nodes hold
+    (an ``If``'s branches, a ``Loop``'s or ``Scan``'s body, any graph attribute), at any depth;
+    each node comes before the nodes inside it."""
+    for node in graph.node:
+        yield node
+        for sub in subgraphs(node):
+            yield from walk_nodes(sub)
+
+
+def nested_graphs(graph: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.GraphProto]:
+    """Every subgraph inside ``graph`` (not ``graph`` itself), at any depth."""
+    for node in walk_nodes(graph):
+        yield from subgraphs(node)
 
 
 def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = True,
@@ -276,23 +289,25 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
 
     standard = versions.get("", versions.get("ai.onnx")) if schemas else None
 
-    def visit(nodes: Iterable[onnx.NodeProto], where: str | None) -> None:
-        for node in nodes:
-            if node.domain in ("", "ai.onnx") and standard is not None:
-                problems.extend(schema_problems(node, standard))
-            if node.domain == RUNTIME_DOMAIN:
-                problems.append(f"{node.op_type} '{node_label(node)}': domain {RUNTIME_DOMAIN} "
-                                "is private to the onnxruntime binding (models hold "
-                                f"{DOMAIN} nodes)")
-            elif node.domain == DOMAIN and where is not None:
-                problems.append(f"{node.op_type} '{node_label(node)}': dml_onnx nodes inside "
-                                f"{where} are not supported by {what}")
-            for sub in subgraphs(node):
-                visit(sub.node, where or f"a subgraph ({node.op_type} node "
-                                         f"'{node_label(node)}')")
-    visit(model.graph.node, None)
+    def check(node: onnx.NodeProto, where: str | None) -> None:
+        if node.domain in ("", "ai.onnx") and standard is not None:
+            problems.extend(schema_problems(node, standard))
+        if node.domain == RUNTIME_DOMAIN:
+            problems.append(f"{node.op_type} '{node_label(node)}': domain {RUNTIME_DOMAIN} "
+                            "is private to the onnxruntime binding (models hold "
+                            f"{DOMAIN} nodes)")
+        elif node.domain == DOMAIN and where is not None:
+            problems.append(f"{node.op_type} '{node_label(node)}': dml_onnx nodes inside "
+                            f"{where} are not supported by {what}")
+
+    for node in model.graph.node:
+        check(node, None)
+        for sub in subgraphs(node):
+            for inner in walk_nodes(sub):
+                check(inner, f"a subgraph ({node.op_type} node '{node_label(node)}')")
     for function in model.functions:
-        visit(function.node, f"model function '{function.name}'")
+        for node in walk_nodes(function):
+            check(node, f"model function '{function.name}'")
     return list(dict.fromkeys(problems))  # a node of both branches of an If once
 
 

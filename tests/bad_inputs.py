@@ -29,7 +29,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper
 
 import dml_onnx
 from dml_onnx import KernelError
-from dml_onnx.conformance import snake
+from dml_onnx.builders import snake
 
 BUILD, CHECKER, CHECK, LOAD, RUN = "build", "checker", "check", "load", "run"
 LAYERS = (BUILD, CHECKER, CHECK, LOAD, RUN)

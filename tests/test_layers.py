@@ -15,7 +15,8 @@ from onnx import helper, numpy_helper
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
-from dml_onnx.conformance import CONFORMANCE_OPSETS, example_case, single_node_model, snake
+from dml_onnx.builders import single_node_model, snake
+from dml_onnx.conformance import CONFORMANCE_OPSETS, example_case
 from dml_onnx.runtime import RUNTIME_DOMAIN
 from tests.native import assert_matches_reference
 

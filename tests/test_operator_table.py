@@ -12,7 +12,8 @@ from pathlib import Path
 
 import dml_onnx
 from dml_onnx import raising
-from dml_onnx.conformance import example_case, snake
+from dml_onnx.builders import snake
+from dml_onnx.conformance import example_case
 from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent

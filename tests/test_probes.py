@@ -1,7 +1,7 @@
-"""The conformance probes (dml_onnx.probes): every reading of a case differs from every other,
-the spec reading equals the reference implementations under the DirectML execution provider's
-attribute mapping, onnxruntime's CPU provider is named with its known readings, and the
-committed probes are current."""
+"""The conformance probes (dml_onnx.conformance.probes): every reading of a case differs from
+every other, the spec reading equals the reference implementations under the DirectML execution
+provider's attribute mapping, onnxruntime's CPU provider is named with its known readings, and
+the committed probes are current."""
 
 from __future__ import annotations
 
@@ -14,26 +14,28 @@ import pytest
 from onnx import numpy_helper
 
 from custom_ops._checks import UINT32_MAX
-from dml_onnx import cli, conformance, probes
+from dml_onnx import cli, conformance
+from dml_onnx.conformance import points, probes
+from dml_onnx.conformance.metric import difference
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "models" / conformance.PROBES
 CASES = [pytest.param(point, case, id=f"{point.name}-{case.name}")
-         for point in probes.POINTS for case in point.cases]
+         for point in points.POINTS for case in point.cases]
 
 
 @pytest.mark.parametrize("point, case", CASES)
 def test_every_reading_of_a_case_gives_a_different_output(point, case):
     outputs = {name: compute(case) for name, compute in point.readings.items()}
-    assert probes.SPEC in outputs and len(outputs) >= 2
+    assert points.SPEC in outputs and len(outputs) >= 2
     names = list(outputs)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            assert probes.difference(outputs[a], outputs[b]) > 100 * probes.TOLERANCE, (a, b)
+            assert difference(outputs[a], outputs[b]) > 100 * probes.TOLERANCE, (a, b)
 
 
-def _directml(case: probes.ProbeCase) -> tuple[str, list, dict]:
+def _directml(case: points.ProbeCase) -> tuple[str, list, dict]:
     """The DirectML operator, inputs and attributes the execution provider maps the native
     node onto (research: DmlOperatorRoiAlign/RoiPooling/Pooling/Col2Im.cpp)."""
     a, inputs = case.attributes, list(case.inputs.values())
@@ -70,18 +72,18 @@ def test_the_spec_reading_is_the_reference_under_the_providers_mapping(point, ca
         inputs, OPERATORS_BY_NAME[op].node_attributes(
             OPERATORS_BY_NAME[op].make_node([f"in{i}" for i in range(len(inputs))], ["Y"],
                                             **attributes)), case.name, [True])
-    assert probes.difference(point.readings[probes.SPEC](case), want) <= 1e-6
+    assert difference(point.readings[points.SPEC](case), want) <= 1e-6
 
 
 def test_onnxruntime_cpu_is_named_with_its_known_readings(tmp_path):
     folder = tmp_path / "probes"
     probes.export_probes(folder)
     findings = probes.run_probes(folder)
-    assert [f.point for f in findings] == [p.name for p in probes.POINTS]
-    for point, finding in zip(probes.POINTS, findings):
+    assert [f.point for f in findings] == [p.name for p in points.POINTS]
+    for point, finding in zip(points.POINTS, findings):
         assert (finding.reading, finding.matched) == (point.onnxruntime, finding.cases), point
         assert finding.max_diff <= probes.TOLERANCE
-    named = {p.onnxruntime for p in probes.POINTS} - {probes.SPEC}
+    named = {p.onnxruntime for p in points.POINTS} - {points.SPEC}
     assert named >= {"weighted_corner_max", "float32_edges", "dilated_window"}
 
 
@@ -91,7 +93,7 @@ def test_probe_command_prints_the_table_and_writes_the_json(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| roi_align_max | CPUExecutionProvider | weighted_corner_max | 1/1 |" in table
     report = json.loads(data.read_text())
-    assert set(report) == {p.name for p in probes.POINTS}
+    assert set(report) == {p.name for p in points.POINTS}
     for finding in report.values():
         assert set(finding) == {"reading", "cases", "matched", "max_diff"}
     assert cli.main(["conformance", "probe", str(tmp_path)]) == 2
@@ -122,7 +124,7 @@ def test_committed_probes_are_current(tmp_path):
         if Path(name).name.startswith("output_"):  # float64 loops rounded to float32
             old, new = (numpy_helper.to_array(onnx.load_tensor(p))
                         for p in (committed[name], path))
-            assert probes.difference(new, old) <= 1e-6, name
+            assert difference(new, old) <= 1e-6, name
         else:
             assert path.read_bytes() == committed[name].read_bytes(), name
 
@@ -131,4 +133,4 @@ def test_probes_are_not_cases_of_the_suite():
     """The suite's runner reads the top-level test_* folders; the probes live below."""
     top = {p.name for p in (ROOT / "models").glob("test_*")}
     assert top and not any(name.startswith("test_probe_") for name in top)
-    assert len(list(COMMITTED.glob("test_probe_*"))) == sum(len(p.cases) for p in probes.POINTS)
+    assert len(list(COMMITTED.glob("test_probe_*"))) == sum(len(p.cases) for p in points.POINTS)

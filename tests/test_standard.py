@@ -14,7 +14,8 @@ import pytest
 from onnx import TensorProto
 
 import dml_onnx
-from dml_onnx.conformance import Tolerance, compare, example_case, snake
+from dml_onnx.builders import snake
+from dml_onnx.conformance import Tolerance, compare, example_case
 from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS, StandardNode, op_version
 
 EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if not e.error]

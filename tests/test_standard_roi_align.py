@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._checks import UINT32_MAX
-from dml_onnx.conformance import single_node_model
+from dml_onnx.builders import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.ops.roi_align1 import native_sampling_ratio

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from dml_onnx.conformance import single_node_model
+from dml_onnx.builders import single_node_model
 from dml_onnx.ops.roi_pooling import DEFINITION
 from tests.test_roi_pooling import spec_agrees_with_ort
 

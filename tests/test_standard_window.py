@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._window import sliding_block_counts
-from dml_onnx.conformance import single_node_model, snake
+from dml_onnx.builders import single_node_model, snake
 from dml_onnx.definition import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, OpDefinition
 from dml_onnx.form import op_version
 from dml_onnx.ops._window import element_dtypes

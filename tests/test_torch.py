@@ -150,9 +150,9 @@ def test_without_torch_the_import_names_the_extra_and_the_rest_runs():
                    "try:\n    import dml_onnx.torch\nexcept ImportError as e:\n    print(e)")
     assert "pip install 'dml-onnx[torch]'" in done.stdout, done.stderr
     done = _python("import sys; sys.modules['torch'] = None\n"
-                   "import numpy as np, dml_onnx, dml_onnx.conformance\n"
+                   "import numpy as np, dml_onnx, dml_onnx.builders, dml_onnx.conformance\n"
                    "from dml_onnx.ops import OPERATORS_BY_NAME\n"
-                   "model = dml_onnx.conformance.single_node_model(\n"
+                   "model = dml_onnx.builders.single_node_model(\n"
                    "    OPERATORS_BY_NAME['Unfold'], (np.ones((1, 1, 3, 3), np.float32),),\n"
                    "    {'window_sizes': [2, 2]}, (True,))\n"
                    "print(dml_onnx.InferenceSession(model).run(None, {'X': np.ones((1, 1, 3, 3),"
@@ -246,7 +246,7 @@ class _Align(torch.nn.Module):
 def test_export_needs_an_opset_with_the_standard_forms():
     import dml_onnx
     image, boxes, _, _ = _head_inputs()
-    with pytest.raises(dml_onnx.NotEquivalent, match="default opset >= 16"):
+    with pytest.raises(dml_onnx.NotRaisable, match="default opset >= 16"):
         dt.export(_Align(), (image, boxes), opset=15)  # RoiAlign-10: no half_pixel mode
     # adaptive sampling: a RoiAlign1, then a Where that zeroes empty and inverted boxes (and
     # the regions with a sample on an image edge from RoiAlign itself, by ScatterND)

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import dml_onnx
-from dml_onnx import conformance, probes
+from dml_onnx import conformance
+from dml_onnx.conformance import files, points, probes
 from dml_onnx.graphs import save_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ def test_a_case_folder_is_the_suites_only_with_its_files_and_model(tmp_path, con
 
 
 def test_probes_refuse_a_folder_of_someone_elses():
-    assert not probes.names_a_point(Path(__file__))
+    assert not files.names_a_point(Path(__file__))
 
 
 @pytest.mark.parametrize("command", ["lower", "raise"])
@@ -166,6 +167,6 @@ def test_a_hostile_probe_description_fails_alone(tmp_path, damage):
         described.write_text("[1, 2")
     findings = probes.run_probes(tmp_path)
     by_point = {f.point: f for f in findings}
-    assert by_point["lp_pool_odd_p"].reading == probes.SPEC
+    assert by_point["lp_pool_odd_p"].reading == points.SPEC
     assert by_point[folders[1].name].reading == probes.ERROR
     assert "probe.json" in by_point[folders[1].name].message

@@ -19,7 +19,6 @@ checks what DirectML computes against the kernels here.
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,57 +29,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
-from dml_onnx import probes
-from dml_onnx.builders import STANDARD_OPSET, make_model
+from dml_onnx.builders import single_node_model, snake
+from dml_onnx.conformance.files import check_replaceable, written_by_suite
+from dml_onnx.conformance.metric import difference
+from dml_onnx.conformance.probes import export_probes
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
 from dml_onnx.form import DIRECTML_VERSIONS, op_version
 from dml_onnx.graphs import load_model, read_regular
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.standard import lower_model, with_functions
-
-
-def snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
-def single_node_model(definition: OpDefinition, inputs: tuple[np.ndarray | None, ...],
-                      attributes: dict, outputs: tuple[bool, ...] = (True,), *,
-                      node_name: str = "node", symbolic: bool = False,
-                      opset: int = STANDARD_OPSET) -> onnx.ModelProto:
-    """A model of one ``definition`` node over ``inputs`` (``None``: omitted), output types
-    from the element types of the inputs, output shapes from the shape function.
-
-    ``symbolic`` declares every input dim as a symbol (``X_0``, ``X_1``, ...), so that sizes
-    are only known when the model runs. ``opset`` is the default-domain opset it imports.
-    """
-    input_names = [p.name if a is not None else "" for p, a in zip(definition.inputs, inputs)]
-    output_names = [p.name if (k < len(outputs) and outputs[k]) else ""
-                    for k, p in enumerate(definition.outputs)]
-    while output_names and not output_names[-1]:
-        output_names.pop()
-    node = definition.make_node(input_names, output_names, name=node_name, **attributes)
-    elem_types, graph_inputs, input_shapes = {}, [], []
-    for parameter, array in zip(definition.inputs, inputs):
-        if array is None:
-            input_shapes.append(None)
-            continue
-        elem = helper.np_dtype_to_tensor_dtype(array.dtype)
-        elem_types.setdefault(parameter.type, elem)
-        shape = ([f"{parameter.name}_{axis}" for axis in range(array.ndim)] if symbolic
-                 else list(array.shape))
-        input_shapes.append(shape)
-        graph_inputs.append(helper.make_tensor_value_info(parameter.name, elem, shape))
-    shapes = definition.infer_shapes(input_shapes, definition.node_attributes(node), node.name)
-    graph_outputs = [helper.make_tensor_value_info(name, elem_types[parameter.type], shape)
-                     for name, parameter, shape in zip(output_names, definition.outputs, shapes)
-                     if name]
-    return make_model([node], graph_inputs, graph_outputs, name=f"{definition.name}_model",
-                      standard_opset=opset)
-
-
 
 
 @dataclass(frozen=True)
@@ -186,8 +146,8 @@ def all_cases() -> list[Case]:
 
 
 PROBES = "probes"
-"""The folder of the suite that holds the probes (:mod:`dml_onnx.probes`): measured, not
-counted as cases."""
+"""The folder of the suite that holds the probes (:mod:`dml_onnx.conformance.probes`):
+measured, not counted as cases."""
 
 
 def export_suite(directory: str | Path) -> list[Path]:
@@ -207,10 +167,10 @@ def export_suite(directory: str | Path) -> list[Path]:
         elif old.name in names:  # checked before anything is removed
             raise ValueError(f"{old} was not written by dml-onnx conformance export: not "
                              "replaced (move it away, or export to another folder)")
-    probes.check_replaceable(root / PROBES)
+    check_replaceable(root / PROBES)
     for old in ours:
         shutil.rmtree(old)
-    probes.export_probes(root / PROBES)
+    export_probes(root / PROBES)
     written = []
     for case in cases:
         folder = root / case.name
@@ -232,36 +192,6 @@ TENSOR_BYTES = 1 << 31
 """The largest ``.pb`` a case may hold (protobuf's own limit)."""
 CONFIG_BYTES = 1 << 16
 """The largest ``config.txt`` (or ``probe.json``) read."""
-
-
-SUITE_FILE = re.compile(r"model\.onnx|config\.txt|probe\.json|"
-                        r"test_data_set_0/(input|output)_\d+\.pb|readings/\w+/output_0\.pb")
-"""The paths, relative to a case folder, of everything the suite writes there."""
-SUITE_MODEL_BYTES = 1 << 24
-"""The suite's models are far smaller; a larger ``model.onnx`` is not one of them."""
-
-
-def written_by_suite(folder: Path) -> bool:
-    """Whether ``folder`` holds only what :func:`export_suite` writes: a folder (not a link)
-    of regular files at the suite's paths, with a ``model.onnx`` this project made (producer
-    ``dml_onnx``) or, for a probe, a ``probe.json`` naming a probed point. Nothing else is
-    opened (a FIFO or a device is never read)."""
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    for path in folder.rglob("*"):
-        if path.is_symlink() or not (path.is_dir() or path.is_file()):
-            return False
-        if path.is_file() and not SUITE_FILE.fullmatch(path.relative_to(folder).as_posix()):
-            return False
-    model, probe = folder / "model.onnx", folder / "probe.json"
-    if not model.is_file() or model.stat().st_size > SUITE_MODEL_BYTES:
-        return False
-    if probe.is_file():
-        return probes.names_a_point(probe)
-    try:
-        return onnx.load(model, load_external_data=False).producer_name == "dml_onnx"
-    except (DecodeError, ValueError, OSError):
-        return False
 
 
 def load_case(folder: str | Path) -> Case:
@@ -289,7 +219,8 @@ def load_case(folder: str | Path) -> Case:
 @dataclass(frozen=True)
 class Outcome:
     """How one case went: its problems (none when it passed) and its worst error, the
-    largest ``|got - want|`` relative to the largest ``|want|`` of a float output."""
+    largest :func:`~dml_onnx.conformance.metric.difference` of a float output from its
+    expected value (``|got - want|`` relative to ``max(1, max |want|)``)."""
 
     case: str
     operator: str
@@ -315,13 +246,10 @@ def compare(case: Case, outputs: dict[str, np.ndarray]) -> Outcome:
         else:
             wide, got64 = want.astype(np.float64), got.astype(np.float64)
             with np.errstate(invalid="ignore"):
-                diff = np.abs(got64 - wide)
                 same = (got64 == wide) | (np.isnan(got64) & np.isnan(wide))
-                close = same | (diff <= case.tolerance.absolute
+                close = same | (np.abs(got64 - wide) <= case.tolerance.absolute
                                 + case.tolerance.relative * np.abs(wide))
-                scale = float(np.max(np.abs(wide[np.isfinite(wide)]), initial=0.0)) or 1.0
-                worst = max(worst, float(np.max(np.where(same, 0.0, diff), initial=0.0))
-                            / scale)
+            worst = max(worst, difference(got, want))
         if not np.all(close):
             bad = int(np.size(close) - np.count_nonzero(close))
             problems.append(f"{name} differs in {bad} of {close.size} values")
