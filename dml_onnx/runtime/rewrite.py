@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from custom_ops import KernelError
 from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import check_structure, element_types, load_model, subgraphs, unused_prefix
+from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix, walk_nodes
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime.hook import _CAST_TO_FLOAT, _type_params, _variant_name
 from dml_onnx.schemas import register_schemas
@@ -76,14 +76,7 @@ def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool) -> onn
 
 def _direct_values(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     """Graph inputs (not initializers), and graph outputs listed once that no node reads."""
-    read: set[str] = set()
-
-    def visit(g: onnx.GraphProto) -> None:
-        for node in g.node:
-            read.update(node.input)
-            for sub in subgraphs(node):
-                visit(sub)
-    visit(graph)
+    read = {name for node in walk_nodes(graph) for name in node.input}
     initializers = {t.name for t in graph.initializer}
     names = [o.name for o in graph.output]
     inputs = {i.name for i in graph.input} - initializers
