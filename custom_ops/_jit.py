@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numba
+from numba.core import event
 from numba.core.registry import cpu_target
 
 _OPTIONS = {"nogil": True, "error_model": "numpy"}
@@ -70,6 +73,48 @@ def _tolerate_damage(dispatcher: Any) -> None:
     cache.load_overload = load_overload
 
 
+class _SignalsAfterCompiling(event.Listener):
+    """Python signal handlers wait while the main thread holds numba's compiler lock, then run.
+
+    A loop compiles (or loads its cache) on its first call with new argument types, on the
+    calling thread. A Ctrl-C (or any signal with a Python handler) raised in the middle of
+    numba's compiler leaves the loop broken for the process ("no compiled object yet"); so
+    each such signal is recorded and raised again once the compiler lock is released, where
+    the handler runs as usual. Other threads are never interrupted by signals."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.saved: dict[int, Any] = {}
+        self.pending: list[int] = []
+
+    def on_start(self, event: event.Event) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.depth += 1
+        if self.depth == 1:
+            for number in signal.valid_signals():
+                handler = signal.getsignal(number)
+                if callable(handler):
+                    self.saved[number] = handler
+                    signal.signal(number, self._record)
+
+    def _record(self, number: int, frame: Any) -> None:
+        self.pending.append(number)
+
+    def on_end(self, event: event.Event) -> None:
+        if threading.current_thread() is not threading.main_thread() or not self.depth:
+            return
+        self.depth -= 1
+        if self.depth == 0:
+            for number, handler in self.saved.items():
+                signal.signal(number, handler)
+            self.saved.clear()
+            pending, self.pending = self.pending, []
+            for number in dict.fromkeys(pending):
+                signal.raise_signal(number)
+
+
+event.register("numba:compiler_lock", _SignalsAfterCompiling())
 jit = _compiler()
 parallel_jit = _compiler(parallel=True)
 

@@ -11,10 +11,9 @@ import functools
 import importlib
 import math
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
 
 import numpy as np
@@ -241,15 +240,31 @@ def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
     return None
 
 
+_imports: dict[str, Future] = {}  # module name -> its import, started once
+_imports_lock = threading.Lock()
+
+
 def compiled(name: str) -> ModuleType:
     """The module ``custom_ops.<name>`` of compiled loops, imported on its first use.
 
     The first import loads numba and the loops' cache (about a second). It runs on a helper
     thread, which signals never interrupt: a Ctrl-C that lands during it reaches the caller
-    once the import is complete, where an interrupted import would leave numba half-loaded
-    for the rest of the process."""
-    module = sys.modules.get(f"custom_ops.{name}")
-    if module is not None:
-        return module
-    with ThreadPoolExecutor(1, thread_name_prefix="custom_ops-import") as loader:
-        return loader.submit(importlib.import_module, f"custom_ops.{name}").result()
+    at once, while the import goes on, where an interrupted import would leave numba
+    half-loaded for the rest of the process. Every caller gets the module once its import is
+    complete (``sys.modules`` holds it while it is still loading)."""
+    with _imports_lock:
+        loading = _imports.get(name)
+        if loading is None:
+            loading = _imports[name] = Future()
+            threading.Thread(target=_import, args=(f"custom_ops.{name}", loading),
+                             name="custom_ops-import", daemon=True).start()
+    return loading.result()
+
+
+def _import(module: str, done: Future) -> None:
+    try:
+        done.set_result(importlib.import_module(module))
+    except BaseException as error:  # noqa: BLE001 - handed to the callers waiting for it
+        with _imports_lock:  # the next call tries again
+            del _imports[module.rpartition(".")[2]]
+        done.set_exception(error)

@@ -147,6 +147,45 @@ def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working(
     assert out.split() == ["interrupted", "(1,", "64,", "32,", "32)"]
 
 
+def test_a_signal_while_a_loop_compiles_waits_for_the_compiler_and_the_loop_works():
+    """A signal whose handler raises, landing inside numba's compiler on the calling thread
+    (a loop's first call with new types, cache empty): the handler runs once the compiler is
+    done, and the loop works afterwards (an exception raised inside the compiler left it
+    broken for the process: "no compiled object yet")."""
+    out = child("""
+        import os, signal, tempfile
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+        import numpy as np
+        from numba.core import event
+        from onnx import helper
+        import dml_onnx
+        def interrupt(*args):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        class Alarm(event.Listener):  # a signal in the middle of every compilation
+            def on_start(self, ev):
+                signal.raise_signal(signal.SIGALRM)
+            def on_end(self, ev):
+                pass
+        event.register("numba:compile", Alarm())
+        model = dml_onnx.make_model(
+            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
+            [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
+             helper.make_tensor_value_info("rois", 1, ["R", 5])],
+            [helper.make_tensor_value_info("Y", 1, None)])
+        session = dml_onnx.InferenceSession(model)
+        feeds = {"X": np.ones((1, 1, 8, 8), np.float32),
+                 "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}
+        try:
+            session.run(None, feeds)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print(session.run(None, feeds)[0].tolist())
+    """, timeout=300)
+    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
+
+
 # ------------------------------------------------------------------ chains and run methods
 def test_the_first_failing_node_of_a_chain_is_reported():
     model = dml_onnx.make_model(
