@@ -95,20 +95,6 @@ def gather_windows(node: StandardNode, x: str, elem_type: int, window: Window, *
     return current
 
 
-def compute_type(elem_type: int) -> int:
-    """The type a float kernel computes in: float16 is computed in float32."""
-    return TensorProto.FLOAT if elem_type == TensorProto.FLOAT16 else elem_type
-
-
-def write_output(node: StandardNode, y: str, elem_type: int) -> None:
-    """Write ``y`` (of ``elem_type``) to the node's output: a ``Cast`` to the output's type
-    (rounding once) or an ``Identity``."""
-    if elem_type == node.elem_type:
-        node.op("Identity", y, outputs=node.outputs)
-    else:
-        node.op("Cast", y, outputs=node.outputs, to=node.elem_type)
-
-
 # --------------------------------------------------------------------- case table
 class WindowCase(NamedTuple):
     """One geometry of the shared case table: spatial input sizes and window attributes."""

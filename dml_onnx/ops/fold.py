@@ -31,9 +31,7 @@ from dml_onnx.ops._window import (
     case_blocks,
     case_shape,
     case_table,
-    compute_type,
     sample,
-    write_output,
 )
 from dml_onnx.ops.unfold import WINDOW_SIZES
 from dml_onnx.reference_ops import fold as reference
@@ -79,8 +77,8 @@ def _standard_form(node: StandardNode) -> None:
     """
     a = node.attributes
     window, output = Window.of(a["window_sizes"], a), tuple(a["output_size"])
-    compute = compute_type(node.elem_type)
-    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    compute = node.compute_type
+    x = node.to_compute(node.inputs[0])
     if (node.elem_type in NATIVE_TYPES and window.k >= 2 and min(output) >= 1
             and (window.k == 2 or all(d == 1 for d in window.dilations))
             and node.uses_native("Col2Im")):
@@ -89,7 +87,7 @@ def _standard_form(node: StandardNode) -> None:
                     pads=[*window.start, *window.end])
     else:
         y = _scatter_add(node, x, compute, window, output)
-    write_output(node, y, compute)
+    node.finish("Cast", y)
 
 
 def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,

@@ -26,11 +26,9 @@ from dml_onnx.ops._window import (
     block_counts,
     case_shape,
     case_table,
-    compute_type,
     gather_windows,
     sample,
     spatial_input,
-    write_output,
 )
 from dml_onnx.reference_ops import lp_pooling as reference
 
@@ -62,8 +60,8 @@ def _standard_form(node: StandardNode) -> None:
     """
     a, p = node.attributes, node.attributes["p"]
     window = Window.of(a["window_size"], a)
-    compute = compute_type(node.elem_type)
-    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    compute = node.compute_type
+    x = node.to_compute(node.inputs[0])
     dilated = any(d > 1 for d in window.dilations)
     if (node.elem_type in NATIVE_TYPES
             and all(max(before, after) < w for w, before, after
@@ -80,7 +78,7 @@ def _standard_form(node: StandardNode) -> None:
         total = gather_windows(node, powered, compute, window, sum_taps=True)
         y = (total if p == 1 else node.op("Sqrt", total) if p == 2
              else node.op("Pow", total, node.constant(1.0 / p, compute)))
-    write_output(node, y, compute)
+    node.finish("Cast", y)
 
 
 def _examples() -> tuple[Example, ...]:
