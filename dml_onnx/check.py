@@ -17,18 +17,11 @@ import os
 import onnx
 from onnx import helper
 
-from custom_ops._checks import compute_dtype
-from custom_ops.limits import check_memory
-from dml_onnx.definition import (
-    DOMAIN,
-    Shape,
-    known,
-    lenient_inference,
-    node_label,
-)
+from dml_onnx.calls import output_memory_errors
+from dml_onnx.definition import DOMAIN, Shape, node_label
 from dml_onnx.graphs import element_types, load_model, structure_problems, without_weights
 from dml_onnx.ops import OPERATORS_BY_NAME
-from dml_onnx.schemas import register_schemas
+from dml_onnx.schemas import lenient_inference, register_schemas
 
 
 def model_problems(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[str]:
@@ -100,13 +93,8 @@ def _node_problems(node: onnx.NodeProto, types: dict[str, int],
         output_shapes = definition.infer_shapes(input_shapes, attributes, label)
     except ValueError as error:
         return [*problems, str(error)]
-    for k, (parameter, shape) in enumerate(zip(definition.outputs, output_shapes)):
-        if (k < len(node.output) and node.output[k] and parameter.type in elem_types
-                and shape is not None and all(known(d) for d in shape)):
-            try:
-                check_memory(definition.name, label, f"output {parameter.name}", shape,
-                             compute_dtype(helper.tensor_dtype_to_np_dtype(
-                                 elem_types[parameter.type])))
-            except ValueError as error:
-                problems.append(str(error))
-    return problems
+    dtypes = {name: helper.tensor_dtype_to_np_dtype(elem) for name, elem in elem_types.items()}
+    present = [k < len(node.output) and bool(node.output[k])
+               for k in range(len(definition.outputs))]
+    errors = output_memory_errors(definition, label, output_shapes, dtypes, present)
+    return [*problems, *(str(error) for error in errors)]

@@ -3,8 +3,9 @@
 An :class:`OpDefinition` names the inputs, outputs, type constraints and attributes (with
 defaults and docs) of one operator, points at its numpy kernel and attribute check in
 ``custom_ops``, and carries its shape function. From it come the onnx schema (with type and
-shape inference), the node builder, the onnxruntime binding, the reference-evaluator op and the
-README's operator reference.
+shape inference: :mod:`dml_onnx.schemas`), the node builder, the onnxruntime binding and the
+reference-evaluator op (calling it through :mod:`dml_onnx.calls`) and the README's operator
+reference.
 
 Shapes inside this package are lists of dims, each an ``int`` (known), a ``str`` (onnx's
 symbolic ``dim_param``) or ``None`` (unknown); a whole shape is ``None`` when even the rank is
@@ -14,22 +15,20 @@ unknown. The shape functions also take torch's symbolic sizes (``SymInt``, from
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 import operator
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TensorProto, TypeProto, helper
-from onnx.defs import OpSchema
+from onnx import AttributeProto, NodeProto, TensorProto, helper
 
-from custom_ops._checks import KernelError, compute_dtype
-from custom_ops.limits import check_memory, memory_limit
+from custom_ops._checks import KernelError
 from dml_onnx.form import StandardNode
+
+if TYPE_CHECKING:
+    from onnx.defs import OpSchema
 
 DOMAIN = "dml_onnx"
 OPSET_VERSION = 1
@@ -55,12 +54,8 @@ def element_type(type_string: str) -> int:
     """The ONNX element type of a type-constraint string: ``"tensor(float)"`` -> FLOAT."""
     return TensorProto.DataType.Value(type_string[len("tensor("):-1].upper())
 
-_ATTR_TYPES = {
-    "int": (AttributeProto.INT, OpSchema.AttrType.INT),
-    "float": (AttributeProto.FLOAT, OpSchema.AttrType.FLOAT),
-    "string": (AttributeProto.STRING, OpSchema.AttrType.STRING),
-    "ints": (AttributeProto.INTS, OpSchema.AttrType.INTS),
-}
+_ATTR_TYPES = {"int": AttributeProto.INT, "float": AttributeProto.FLOAT,
+               "string": AttributeProto.STRING, "ints": AttributeProto.INTS}
 
 
 class _Required:
@@ -97,15 +92,6 @@ class Attribute:
             return "required"
         return self.default_doc or repr(self.default)
 
-    def to_schema(self) -> OpSchema.Attribute:
-        if self.required:
-            return OpSchema.Attribute(self.name, _ATTR_TYPES[self.type][1], self.doc, required=True)
-        if self.default is None:
-            return OpSchema.Attribute(self.name, _ATTR_TYPES[self.type][1], self.doc,
-                                      required=False)
-        return OpSchema.Attribute(self.name, helper.make_attribute(self.name, self.default),
-                                  self.doc)
-
 
 @dataclass(frozen=True)
 class Parameter:
@@ -115,11 +101,6 @@ class Parameter:
     type: str
     doc: str
     optional: bool = False
-
-    def to_schema(self) -> OpSchema.FormalParameter:
-        option = (OpSchema.FormalParameterOption.Optional if self.optional
-                  else OpSchema.FormalParameterOption.Single)
-        return OpSchema.FormalParameter(self.name, self.type, self.doc, param_option=option)
 
 
 ShapeFunction = Callable[[list[Shape], dict[str, Any], str], list[Shape]]
@@ -201,22 +182,23 @@ class OpDefinition:
         values = {}
         for attribute in self.attributes:
             proto = given.pop(attribute.name, None)
-            values[attribute.name] = self._typed_value(attribute, proto, label)
+            values[attribute.name] = self.typed_value(attribute, proto, label)
         if given:
             raise KernelError(self.name, label, "attribute", sorted(given)[0],
                               f"is unknown (known: {', '.join(self.attribute_names)})")
         self.check_attributes(node=label, **values)
         return values
 
-    def _typed_value(self, attribute: Attribute, proto: AttributeProto | None,
-                     label: str) -> Any:
-        """The kernel argument of one attribute (``proto`` ``None``: absent from the node)."""
+    def typed_value(self, attribute: Attribute, proto: AttributeProto | None,
+                    label: str) -> Any:
+        """The kernel argument of one attribute of node ``label`` (``proto`` ``None``: absent
+        from the node), its type checked; :class:`KernelError` else."""
         if proto is None:
             if attribute.required:
                 raise KernelError(self.name, label, "attribute", attribute.name,
                                   "is required but missing")
             return attribute.kernel_default
-        expected = _ATTR_TYPES[attribute.type][0]
+        expected = _ATTR_TYPES[attribute.type]
         if proto.type != expected:
             raise KernelError(self.name, label, f"attribute {attribute.name} type",
                               AttributeProto.AttributeType.Name(proto.type),
@@ -297,138 +279,33 @@ class OpDefinition:
                                   f"the other {parameter.type} inputs")
         return types
 
-    # ----------------------------------------------------------------- onnx schema
+    # ----------------------------------------------------------------- schema, calls
     def to_schema(self) -> OpSchema:
-        schema = OpSchema(
-            self.name, DOMAIN, OPSET_VERSION,
-            doc=f"{self.summary} DirectML {self.dml_name}; specification section "
-                f"{self.spec_section}.",
-            inputs=[p.to_schema() for p in self.inputs],
-            outputs=[p.to_schema() for p in self.outputs],
-            type_constraints=[(name, list(types), f"{name}: element types")
-                              for name, types in self.type_constraints.items()],
-            attributes=[a.to_schema() for a in self.attributes],
-        )
-        schema.set_type_and_shape_inference_function(self._onnx_inference)
-        return schema
+        """The onnx schema, with type and shape inference (:func:`dml_onnx.schemas.op_schema`)."""
+        from dml_onnx.schemas import op_schema  # schemas imports the operator table
+        return op_schema(self)
 
-    def _onnx_inference(self, ctx: Any) -> None:
-        # onnx names the node "node <op>[<domain>] (<name>)"
-        label = ctx.get_display_name().rpartition("(")[2].rstrip(")") or "<unnamed>"
-        try:
-            self._infer(ctx, label)
-        except ValueError:
-            if not getattr(_inference, "lenient", False):
-                raise
-
-    def _infer(self, ctx: Any, label: str) -> None:
-        values = {a.name: self._typed_value(a, ctx.get_attribute(a.name), label)
-                  for a in self.attributes}
-        self.check_attributes(node=label, **values)
-        shapes, elem_types = [], {}
-        for i, parameter in enumerate(self.inputs):
-            if i >= ctx.get_num_inputs() or not ctx.has_input(i):
-                shapes.append(None)
-                continue
-            type_proto = ctx.get_input_type(i)
-            if type_proto is None or not type_proto.HasField("tensor_type"):
-                shapes.append(None)
-                continue
-            tensor = type_proto.tensor_type
-            elem_types.setdefault(parameter.type, tensor.elem_type)
-            shapes.append(_shape_from_proto(tensor) if tensor.HasField("shape") else None)
-        self.check_signature(node=label, attributes=values,
-                             inputs=[i < ctx.get_num_inputs() and ctx.has_input(i)
-                                     for i in range(len(self.inputs))],
-                             outputs=[k < ctx.get_num_outputs() and ctx.has_output(k)
-                                      for k in range(len(self.outputs))])
-        out_shapes = self.infer_shapes(shapes, values, label)
-        for k, parameter in enumerate(self.outputs):
-            if k >= ctx.get_num_outputs() or not ctx.has_output(k):
-                continue
-            elem = elem_types.get(parameter.type)
-            if elem is None:
-                continue
-            ctx.set_output_type(k, _type_proto(elem, out_shapes[k]))
-
-    # ----------------------------------------------------------------- kernel call
     def run_kernel(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
                    node: str, outputs_present: Sequence[bool]) -> tuple[np.ndarray | None, ...]:
-        """Run the kernel; always returns one entry per declared output."""
-        return self.bind_kernel(attributes, node, outputs_present)(inputs)
+        """Run the kernel; always returns one entry per declared output
+        (:func:`dml_onnx.calls.run_kernel`)."""
+        from dml_onnx import calls  # calls imports this module
+        return calls.run_kernel(self, inputs, attributes, node, outputs_present)
 
     def bind_kernel(self, attributes: dict[str, Any], node: str, outputs_present: Sequence[bool]
                     ) -> Callable[[Sequence[np.ndarray | None]], tuple[np.ndarray | None, ...]]:
-        """:meth:`run_kernel` with the node fixed: ``run(inputs)`` for repeated calls.
-
-        List attributes are passed as tuples, so that kernels can memoise on them.
-        """
-        options = self._call_options(attributes, node, outputs_present)
-        fitted: list[Any] = [None]  # the last input shapes and memory limit that passed
-        prepared: list[Callable[..., Any] | None] = [None]
-
-        def run(inputs: Sequence[np.ndarray | None]) -> tuple[np.ndarray | None, ...]:
-            key = (memory_limit(), *(None if a is None else (a.shape, a.dtype) for a in inputs))
-            if key != fitted[0]:
-                self.check_output_memory(inputs, attributes, node, outputs_present)
-                fitted[0] = key
-            kernel = prepared[0]
-            if kernel is None:  # bad attributes raise here, on every call
-                kernel = prepared[0] = (self.prepare(**options) if self.prepare else
-                                        functools.partial(self.kernel, **options))
-            result = kernel(*inputs)
-            return result if isinstance(result, tuple) else (result,)
-        return run
+        """:meth:`run_kernel` with the node fixed: ``run(inputs)`` for repeated calls
+        (:func:`dml_onnx.calls.bind_kernel`)."""
+        from dml_onnx import calls
+        return calls.bind_kernel(self, attributes, node, outputs_present)
 
     def run_reference(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
                       node: str, outputs_present: Sequence[bool]
                       ) -> tuple[np.ndarray | None, ...]:
-        """:meth:`run_kernel` with the plain :attr:`reference` implementation instead."""
-        self.check_output_memory(inputs, attributes, node, outputs_present)
-        result = self.reference(*inputs, **self._call_options(attributes, node, outputs_present))
-        return result if isinstance(result, tuple) else (result,)
-
-    def _call_options(self, attributes: dict[str, Any], node: str,
-                      outputs_present: Sequence[bool]) -> dict[str, Any]:
-        """The keyword arguments of the kernel and the reference: attributes (lists as
-        tuples), ``node`` and the options derived from the requested outputs."""
-        return {"node": node, **self.kernel_options(list(outputs_present)),
-                **{name: tuple(value) if isinstance(value, list) else value
-                   for name, value in attributes.items()}}
-
-    def check_output_memory(self, inputs: Sequence[np.ndarray | None],
-                            attributes: dict[str, Any], node: str,
-                            outputs_present: Sequence[bool]) -> None:
-        """Raise :class:`KernelError` before a kernel runs when one of its requested outputs
-        (shapes from :attr:`infer_shapes`, at the type the kernel computes it in: float16 as
-        float32) would exceed the memory limit. Inputs whose shapes do not fit are left to the
-        kernel, which names the exact problem."""
-        try:
-            shapes = self.infer_shapes([None if a is None else list(a.shape) for a in inputs],
-                                       attributes, node)
-        except ValueError:
-            return
-        dtypes = {p.type: a.dtype for p, a in zip(self.inputs, inputs) if a is not None}
-        for parameter, shape, present in zip(self.outputs, shapes, outputs_present):
-            if present and shape is not None and all(known(d) for d in shape):
-                check_memory(self.name, node, f"output {parameter.name}", shape,
-                             compute_dtype(dtypes[parameter.type]))
-
-
-_inference = threading.local()
-
-
-@contextlib.contextmanager
-def lenient_inference() -> Iterator[None]:
-    """Within this context (this thread), onnx shape inference leaves the outputs of a
-    ``dml_onnx`` node with a problem unknown instead of raising, so that it goes on through
-    the rest of the graph: for tools that report each node's problems themselves."""
-    previous = getattr(_inference, "lenient", False)
-    _inference.lenient = True
-    try:
-        yield
-    finally:
-        _inference.lenient = previous
+        """:meth:`run_kernel` with the plain :attr:`reference` implementation instead
+        (:func:`dml_onnx.calls.run_reference`)."""
+        from dml_onnx import calls
+        return calls.run_reference(self, inputs, attributes, node, outputs_present)
 
 
 def _type_name(elem_type: int) -> str:
@@ -493,32 +370,6 @@ def _integer(value: Any) -> int:
     if not -(1 << 63) <= result < 1 << 63:
         raise ValueError(value)
     return result
-
-
-def _shape_from_proto(tensor: Any) -> list[Dim]:
-    dims: list[Dim] = []
-    for dim in tensor.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif dim.HasField("dim_param"):
-            dims.append(dim.dim_param)
-        else:
-            dims.append(None)
-    return dims
-
-
-def _type_proto(elem_type: int, shape: Shape) -> TypeProto:
-    proto = TypeProto()
-    proto.tensor_type.elem_type = elem_type
-    if shape is not None:
-        proto.tensor_type.shape.SetInParent()
-        for dim in shape:
-            entry = proto.tensor_type.shape.dim.add()
-            if isinstance(dim, int):
-                entry.dim_value = dim
-            elif isinstance(dim, str):
-                entry.dim_param = dim
-    return proto
 
 
 # --------------------------------------------------------------------- shape helpers

@@ -131,6 +131,37 @@ class StandardNode:
         """The element type ``T`` (every operator here has it on its first present input)."""
         return next(t for t in self.input_types if t is not None)
 
+    # ----------------------------------------------------------------- compute type
+    @property
+    def compute_type(self) -> int:
+        """The type ``T`` is computed in: float16 in float32 (as the spec asks), every other
+        type in itself."""
+        return TensorProto.FLOAT if self.elem_type == TensorProto.FLOAT16 else self.elem_type
+
+    def to_compute(self, value: str) -> str:
+        """``value`` (of type ``T``) in the compute type."""
+        ct = self.compute_type
+        return value if self.elem_type == ct else self.cast(value, ct)
+
+    def finish(self, op_type: str, *inputs: str, output: str | None = None,
+               **attributes: Any) -> None:
+        """Emit the last ``op_type`` node, computed in the compute type, which writes
+        ``output`` (by default the node's first output) in type ``T``: through a final
+        ``Cast`` when ``T`` is computed in another type. ``finish("Cast", value)`` writes the
+        compute-type ``value`` as ``T`` itself: that ``Cast``, or an ``Identity`` where the
+        types agree."""
+        outputs = [output or self.outputs[0]]
+        if op_type == "Cast":
+            if self.elem_type == self.compute_type:
+                self.op("Identity", *inputs, outputs=outputs)
+            else:
+                self.op("Cast", *inputs, outputs=outputs, to=self.elem_type)
+        elif self.elem_type == self.compute_type:
+            self.op(op_type, *inputs, outputs=outputs, **attributes)
+        else:
+            self.op("Cast", self.op(op_type, *inputs, **attributes), outputs=outputs,
+                    to=self.elem_type)
+
 
 __all__ = ["DIRECTML_VERSIONS", "MINIMUM_OPSET", "NATIVE_VERSIONS", "NotEquivalent",
            "StandardNode", "op_version"]

@@ -23,7 +23,7 @@ from custom_ops._window import sliding_block_counts
 from dml_onnx.builders import single_node_model, snake
 from dml_onnx.definition import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, OpDefinition
 from dml_onnx.form import op_version
-from dml_onnx.ops._window import element_dtypes
+from dml_onnx.ops._window_cases import element_dtypes
 
 ULPS = 8
 """Float tolerance, in units in the last place of the output's largest finite |value| (sums

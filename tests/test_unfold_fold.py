@@ -19,7 +19,7 @@ from custom_ops.fold import check_attributes as fold_check_attributes
 from custom_ops.fold import fold
 from custom_ops.unfold import check_attributes as unfold_check_attributes
 from custom_ops.unfold import unfold
-from dml_onnx.ops import unfold as seeds
+from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests.native import run_native
@@ -91,7 +91,7 @@ def assert_fold_matches(got, want):
 
 # ----------------------------------------------------------------------------------------------
 # The two DML seed examples (seeds/unfold.es.txt), typed in from the seed page once, in
-# dml_onnx.ops.unfold, where they are also conformance cases.
+# dml_onnx.ops._window_cases, where they are also conformance cases (Unfold's examples).
 
 SEED_INPUT = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
 

@@ -1,11 +1,54 @@
-"""Shape rules and values shared by the region-of-interest operators."""
+"""Declarations and shape rules shared by the region-of-interest operators (RoiPooling,
+RoiAlign1, RoiAlignGrad): the sampling attributes, the ``rois``/``batch_indices`` inputs and
+their types, and the checks of image and region shapes."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from onnx import helper
 
-from dml_onnx.definition import Dim, Shape
+from custom_ops._checks import UINT32_MAX
+from dml_onnx.definition import FLOAT_TYPES, INDEX_TYPES, Attribute, Dim, Parameter, Shape
+
+SAMPLING_ATTRIBUTES = (
+    Attribute("reduction_function", "string", "How the samples of one output combine: "
+              "'average' or 'max'.", "average"),
+    Attribute("interpolation_mode", "string", "How one sample reads the image: 'linear' or "
+              "'nearest_neighbor'.", "linear"),
+    Attribute("spatial_scale_x", "float", "Multiplier of the ROI x coordinates.", 1.0),
+    Attribute("spatial_scale_y", "float", "Multiplier of the ROI y coordinates.", 1.0),
+    Attribute("input_pixel_offset", "float", "Offset from (0,0) of the input coordinates to "
+              "the top-left pixel centre.", 0.5),
+    Attribute("output_pixel_offset", "float", "Offset from the top-left pixel centre to (0,0) "
+              "of the output coordinates.", -0.5),
+    Attribute("out_of_bounds_input_value", "float", "The value a sample outside the "
+              "image reads.", 0.0),
+    Attribute("minimum_samples_per_output", "int", "Least samples per output and axis, >= 1.",
+              1),
+    Attribute("maximum_samples_per_output", "int", "Most samples per output and axis, "
+              ">= minimum.", UINT32_MAX),
+    Attribute("align_regions_to_corners", "int", "1: stretch the sample points to the "
+              "region's corners.", 0),
+)
+"""The sampling attributes of RoiAlign1, in its order; RoiAlignGrad takes them all but
+``out_of_bounds_input_value`` (:func:`sampling_attributes`)."""
+
+
+def sampling_attributes(*left_out: str) -> tuple[Attribute, ...]:
+    """:data:`SAMPLING_ATTRIBUTES` in their order, without those named in ``left_out``."""
+    unknown = set(left_out) - {a.name for a in SAMPLING_ATTRIBUTES}
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    return tuple(a for a in SAMPLING_ATTRIBUTES if a.name not in left_out)
+
+
+ROI_INPUTS = (
+    Parameter("rois", "T", "[R, 4], [1, R, 4] or [1, 1, R, 4]; rows [x1, y1, x2, y2]."),
+    Parameter("batch_indices", "TI", "[R], or with leading 1s up to rank 4; values in [0, N)."),
+)
+ROI_TYPES = {"T": FLOAT_TYPES, "TI": INDEX_TYPES}
 
 
 def lowest(elem_type: int) -> float:
@@ -45,3 +88,10 @@ def same_dim(op: str, node: str, what: str, a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int) and a != b:
         raise ValueError(f"{op} '{node}': {what} disagree: {a} vs {b}")
     return a if a is not None else b
+
+
+def roi_rows(op: str, node: str, shapes: list[Shape]) -> Any:
+    """R from ``rois`` and ``batch_indices`` (the last two inputs), which must agree."""
+    r = roi_count(op, node, "rois", shapes[-2], row=4)
+    return same_dim(op, node, "R of rois and batch_indices",
+                    r, roi_count(op, node, "batch_indices", shapes[-1], row=None))

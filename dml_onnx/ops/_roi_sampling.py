@@ -25,37 +25,20 @@ from onnx import TensorProto
 
 from dml_onnx.form import NotEquivalent, StandardNode
 
-COMPUTE_TYPES = {TensorProto.FLOAT16: TensorProto.FLOAT, TensorProto.FLOAT: TensorProto.FLOAT,
-                 TensorProto.DOUBLE: TensorProto.DOUBLE}
-"""The type each element type ``T`` is computed in (the spec computes float16 in float32)."""
+FLOAT_ELEMENTS = (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
+"""The element types ``T`` of the region-of-interest operators: the only ones the grid takes."""
 
 Y_PLACE, X_PLACE = (3, 4, 5), (1, 2, 5)
 """Unsqueeze axes taking ``[R, O, M]`` y or x values to the per-sample layout."""
 
 
-def compute_type(node: StandardNode) -> int:
-    """The compute type of the node's element type ``T``."""
-    if node.elem_type not in COMPUTE_TYPES:
+def float_compute_type(node: StandardNode) -> int:
+    """The node's compute type (:attr:`StandardNode.compute_type`); raises
+    :class:`NotEquivalent` for an element type ``T`` other than :data:`FLOAT_ELEMENTS`."""
+    if node.elem_type not in FLOAT_ELEMENTS:
         raise NotEquivalent(f"'{node.label}': no standard form for element type "
                             f"{TensorProto.DataType.Name(node.elem_type)}")
-    return COMPUTE_TYPES[node.elem_type]
-
-
-def to_compute(node: StandardNode, value: str) -> str:
-    """``value`` (of type ``T``) in the compute type."""
-    ct = compute_type(node)
-    return value if node.elem_type == ct else node.cast(value, ct)
-
-
-def finish(node: StandardNode, output: str, op_type: str, *inputs: str,
-           **attributes: Any) -> None:
-    """Emit the last ``op_type`` node, which writes ``output`` in type ``T`` (through a
-    final ``Cast`` when ``T`` is computed in another type)."""
-    if node.elem_type == compute_type(node):
-        node.op(op_type, *inputs, outputs=[output], **attributes)
-    else:
-        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=[output],
-                to=node.elem_type)
+    return node.compute_type
 
 
 def dims(node: StandardNode, tensor: str) -> list[str]:
@@ -66,7 +49,7 @@ def dims(node: StandardNode, tensor: str) -> list[str]:
 
 def regions(node: StandardNode, rois: str, batch_indices: str) -> tuple[str, str]:
     """``rois`` as compute-type ``[R, 4]`` and ``batch_indices`` as int64 ``[R]``."""
-    boxes = to_compute(node, node.op("Reshape", rois, node.constant([-1, 4])))
+    boxes = node.to_compute(node.op("Reshape", rois, node.constant([-1, 4])))
     batch = node.op("Reshape", batch_indices, node.constant([-1]))
     if node.input_types[-1] != TensorProto.INT64:
         batch = node.cast(batch, TensorProto.INT64)
@@ -79,7 +62,7 @@ def image_rows(node: StandardNode, image: str, sizes: list[str]) -> str:
     n, c, h, w = sizes
     count = node.op("Mul", node.op("Mul", n, h), w)
     shape = node.op("Concat", node.unsqueeze(count, [0]), node.unsqueeze(c, [0]), axis=0)
-    nhwc = node.op("Transpose", to_compute(node, image), perm=[0, 2, 3, 1])
+    nhwc = node.op("Transpose", node.to_compute(image), perm=[0, 2, 3, 1])
     return node.op("Reshape", nhwc, shape, allowzero=1)
 
 
@@ -87,8 +70,8 @@ def rows_to_image(node: StandardNode, rows: str, sizes: list[str], output: str) 
     """Rows ``[N * H * W, C]`` back to ``output [N, C, H, W]`` of type ``T``."""
     n, c, h, w = sizes
     shape = node.op("Concat", *(node.unsqueeze(d, [0]) for d in (n, h, w, c)), axis=0)
-    finish(node, output, "Transpose", node.op("Reshape", rows, shape, allowzero=1),
-           perm=[0, 3, 1, 2])
+    node.finish("Transpose", node.op("Reshape", rows, shape, allowzero=1), output=output,
+                perm=[0, 3, 1, 2])
 
 
 @dataclass(frozen=True)
@@ -120,7 +103,7 @@ class RoiGrid:
     def __init__(self, node: StandardNode, rois: str, batch_indices: str,
                  image_size: tuple[str, str], output_size: tuple[str, str],
                  linear: bool | None = None):
-        self.node, self.ct = node, compute_type(node)
+        self.node, self.ct = node, float_compute_type(node)
         a = node.attributes
         self.linear = a["interpolation_mode"] == "linear" if linear is None else linear
         self.outputs = output_size
@@ -328,7 +311,7 @@ def edge_regions(node: StandardNode, boxes: str, image_size: tuple[str, str],
     ``n = ratio`` or ``max(ceil(|size| / O), 1)``, sample ``k`` of ``S = O n`` at ``start + (k
     + 1/2) size / S``. Per edge only the nearest sample is tested: ``[R, 2 axes, 2 edges]``
     values, so the work is ``O(R)``."""
-    ct = compute_type(node)
+    ct = float_compute_type(node)
 
     def scalar(value: float) -> str:
         return node.constant(value, ct)
@@ -379,6 +362,5 @@ def replace_regions(node: StandardNode, outputs: str, chosen: str, compute: Any,
     node.op("ScatterND", outputs, rows, replaced, outputs=[result])
 
 
-__all__ = ["COMPUTE_TYPES", "EDGE_TOLERANCE", "Axis", "RoiGrid", "compute_type", "dims",
-           "edge_regions", "finish", "image_rows", "regions", "replace_regions",
-           "rows_to_image", "to_compute"]
+__all__ = ["EDGE_TOLERANCE", "FLOAT_ELEMENTS", "Axis", "RoiGrid", "dims", "edge_regions",
+           "float_compute_type", "image_rows", "regions", "replace_regions", "rows_to_image"]

@@ -1,17 +1,21 @@
-"""Attributes, shape rule, standard-op pieces and case table shared by the sliding-window
-operators (LpPooling, Unfold, Fold)."""
+"""Attributes, shape rule and standard-op pieces shared by the sliding-window operators
+(LpPooling, Unfold, Fold); their case tables are in :mod:`dml_onnx.ops._window_cases`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from custom_ops._window import Window, sliding_block_counts
 from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
+
+WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
+                                                 "(k values, k = 1..6).")
+"""The window attribute of Unfold and Fold (LpPooling's ``window_size`` is its own)."""
 
 WINDOW_ATTRIBUTES = (
     Attribute("strides", "ints", "Step of the window along each spatial axis.", None, "all 1"),
@@ -92,113 +96,3 @@ def gather_windows(node: StandardNode, x: str, elem_type: int, window: Window, *
         if sum_taps:
             current = node.reduce("ReduceSum", current, [axis], keepdims=0)
     return current
-
-
-def compute_type(elem_type: int) -> int:
-    """The type a float kernel computes in: float16 is computed in float32."""
-    return TensorProto.FLOAT if elem_type == TensorProto.FLOAT16 else elem_type
-
-
-def write_output(node: StandardNode, y: str, elem_type: int) -> None:
-    """Write ``y`` (of ``elem_type``) to the node's output: a ``Cast`` to the output's type
-    (rounding once) or an ``Identity``."""
-    if elem_type == node.elem_type:
-        node.op("Identity", y, outputs=node.outputs)
-    else:
-        node.op("Cast", y, outputs=node.outputs, to=node.elem_type)
-
-
-# --------------------------------------------------------------------- case table
-class WindowCase(NamedTuple):
-    """One geometry of the shared case table: spatial input sizes and window attributes."""
-
-    name: str
-    spatial: tuple[int, ...]
-    attributes: dict[str, list[int]]  # "window" stands for the operator's window attribute
-
-    def for_op(self, sizes: str) -> dict[str, list[int]]:
-        """The attributes with the window under the operator's name ``sizes``."""
-        return {(sizes if key == "window" else key): value
-                for key, value in self.attributes.items()}
-
-
-def _case(name: str, spatial: Sequence[int], window: Sequence[int], **others: Sequence[int]
-          ) -> WindowCase:
-    return WindowCase(name, tuple(spatial), {"window": list(window),
-                                             **{k: list(v) for k, v in others.items()}})
-
-
-DEFAULTS = _case("defaults", (5, 4), (2, 3))
-"""Every attribute but the window at its default."""
-EVERYTHING = _case("everything", (6, 5), (3, 2), strides=(2, 3), dilations=(2, 2),
-                   start_padding=(2, 1), end_padding=(1, 3))
-"""Every attribute away from its default; the element-type cases use it."""
-
-WINDOW_CASES = (
-    DEFAULTS,
-    _case("strides", (5, 4), (2, 3), strides=(2, 3)),
-    _case("dilations", (5, 4), (2, 3), dilations=(2, 1)),
-    _case("start_padding", (5, 4), (2, 3), start_padding=(1, 2)),
-    _case("end_padding", (5, 4), (2, 3), end_padding=(2, 1)),
-    EVERYTHING,
-    _case("window_fills_padded_input", (3, 2), (4, 4), start_padding=(1, 1),
-          end_padding=(0, 1)),
-    _case("dilated_window_fills_input", (4, 5), (2, 3), dilations=(3, 2)),
-    _case("one_pixel", (1, 1), (1, 1)),
-    _case("one_pixel_padded", (1, 1), (2, 3), start_padding=(1, 1), end_padding=(0, 1)),
-    _case("stride_beyond_window", (7, 6), (2, 1), strides=(3, 4)),
-    _case("padding_beyond_window", (3, 2), (1, 2), start_padding=(2, 0), end_padding=(1, 3)),
-    _case("1d", (9,), (3,), strides=(2,), dilations=(2,), start_padding=(1,)),
-    _case("3d", (4, 3, 5), (2, 2, 3), strides=(1, 2, 1), dilations=(2, 1, 1),
-          start_padding=(0, 1, 0), end_padding=(1, 0, 2)),
-    _case("3d_undilated", (3, 4, 3), (2, 3, 2), strides=(2, 1, 1), start_padding=(1, 0, 1),
-          end_padding=(0, 2, 0)),
-    _case("6d", (2, 3, 2, 2, 3, 2), (1, 2, 2, 1, 2, 2), strides=(1, 1, 2, 1, 2, 1),
-          dilations=(1, 2, 1, 1, 1, 1), start_padding=(0, 0, 1, 0, 0, 1),
-          end_padding=(1, 0, 0, 0, 1, 0)),
-)
-"""The geometries every sliding-window operator runs: each attribute varied on its own, edge
-cases (window as large as the padded input, one-pixel inputs, stride or padding beyond the
-window), 1 to 3 spatial axes (3-D with and without dilations: onnxruntime's Col2Im takes
-only the latter) and the most (6)."""
-
-
-def case_table(max_k: int, types: Sequence[str]) -> Iterator[tuple[str, WindowCase, np.dtype]]:
-    """``(name, geometry, element type)``: the shared geometries with at most ``max_k``
-    spatial axes in float32, then each other of ``types`` (type-constraint entries) on
-    :data:`EVERYTHING`, named ``type_<dtype>``."""
-    for case in WINDOW_CASES:
-        if len(case.spatial) <= max_k:
-            yield case.name, case, np.dtype(np.float32)
-    for dtype in element_dtypes(types):
-        if dtype != np.float32:
-            yield f"type_{dtype.name}", EVERYTHING, dtype
-
-
-def case_blocks(case: WindowCase) -> tuple[int, ...]:
-    """``B_d`` of a case's geometry."""
-    return sliding_block_counts("case", case.name, case.spatial,
-                                *Window.of(case.attributes["window"], case.attributes))
-
-
-def case_shape(case: WindowCase) -> tuple[int, ...]:
-    """``[N, C, D1..Dk]`` of a case: two images of two channels up to 2-D, one of one above."""
-    return (*((2, 2) if len(case.spatial) <= 2 else (1, 1)), *case.spatial)
-
-
-def element_dtypes(types: Sequence[str]) -> tuple[np.dtype, ...]:
-    """The numpy dtypes of type-constraint entries (``"tensor(float)"`` ...)."""
-    return tuple(helper.tensor_dtype_to_np_dtype(TensorProto.DataType.Value(t[7:-1].upper()))
-                 for t in types)
-
-
-def sample(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """Small random values of ``dtype``: normal floats, random booleans, integers in [-9, 9]
-    ([0, 9] unsigned), so that Fold's sums over the few taps that overlap in a case stay
-    within int8 (the cases pin no wrap-around)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    return rng.integers(0 if dtype.kind == "u" else -9, 10, shape).astype(dtype)

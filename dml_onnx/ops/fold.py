@@ -15,7 +15,6 @@ from custom_ops._window import sliding_block_counts
 from dml_onnx.definition import (
     NUMERIC_TYPES,
     Attribute,
-    Example,
     OpDefinition,
     Parameter,
     Shape,
@@ -23,19 +22,8 @@ from dml_onnx.definition import (
     product,
 )
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._window import (
-    WINDOW_ATTRIBUTES,
-    Window,
-    WindowCase,
-    block_counts,
-    case_blocks,
-    case_shape,
-    case_table,
-    compute_type,
-    sample,
-    write_output,
-)
-from dml_onnx.ops.unfold import WINDOW_SIZES
+from dml_onnx.ops._window import WINDOW_ATTRIBUTES, WINDOW_SIZES, Window, block_counts
+from dml_onnx.ops._window_cases import fold_examples
 from dml_onnx.reference_ops import fold as reference
 
 
@@ -79,8 +67,8 @@ def _standard_form(node: StandardNode) -> None:
     """
     a = node.attributes
     window, output = Window.of(a["window_sizes"], a), tuple(a["output_size"])
-    compute = compute_type(node.elem_type)
-    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    compute = node.compute_type
+    x = node.to_compute(node.inputs[0])
     if (node.elem_type in NATIVE_TYPES and window.k >= 2 and min(output) >= 1
             and (window.k == 2 or all(d == 1 for d in window.dilations))
             and node.uses_native("Col2Im")):
@@ -89,7 +77,7 @@ def _standard_form(node: StandardNode) -> None:
                     pads=[*window.start, *window.end])
     else:
         y = _scatter_add(node, x, compute, window, output)
-    write_output(node, y, compute)
+    node.finish("Cast", y)
 
 
 def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
@@ -130,40 +118,6 @@ def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
                    node.constant(list(range(2, 2 + k))))
 
 
-def _examples() -> tuple[Example, ...]:
-    rng = np.random.default_rng(6)
-    padded = {"window_sizes": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
-              "output_size": [5, 4]}
-    dilated = {"window_sizes": [2, 2, 2], "dilations": [1, 2, 1], "strides": [2, 1, 1],
-               "output_size": [4, 5, 3], "end_padding": [1, 0, 0]}
-    x_padded = rng.standard_normal((2, 18, 20)).astype(np.float32)
-    return (
-        Example("2d_padded", (x_padded,), padded),
-        Example("2d_float16", (x_padded.astype(np.float16),), padded),
-        Example("3d_int32_dilated", (rng.integers(-9, 9, (1, 16, 12)).astype(np.int32),),
-                dilated),
-        Example("1d_float64_strided", (rng.standard_normal((1, 6, 4)),),
-                {"window_sizes": [3], "strides": [2], "start_padding": [2],
-                 "output_size": [7]}),
-        Example("4d_uint8", (rng.integers(0, 9, (1, 16, 2)).astype(np.uint8),),
-                {"window_sizes": [2, 2, 2, 2], "output_size": [2, 2, 2, 3]}),
-        Example("block_count_disagrees", (x_padded[:, :, :19],), padded,
-                error="X dim 2 19 is not the block count 20"),
-        *_table(np.random.default_rng(60)),
-    )
-
-
-def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared case table (:func:`~dml_onnx.ops._window.case_table`): ``output_size`` the
-    case's spatial sizes, ``X`` the matching ``[N, C * W, L]``."""
-    def example(name: str, case: WindowCase, dtype: np.dtype) -> Example:
-        n, c, *_ = case_shape(case)
-        shape = (n, c * math.prod(case.attributes["window"]), math.prod(case_blocks(case)))
-        return Example(name, (sample(rng, shape, dtype),),
-                       {**case.for_op("window_sizes"), "output_size": list(case.spatial)})
-    return tuple(example(*row) for row in case_table(6, NUMERIC_TYPES))
-
-
 DEFINITION = OpDefinition(
     name="Fold",
     summary="Sums sliding blocks back into an N-dimensional tensor (col2im), the adjoint of "
@@ -181,7 +135,7 @@ DEFINITION = OpDefinition(
     reference=reference.fold,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
-    examples=_examples,
+    examples=fold_examples,
 )
 
 

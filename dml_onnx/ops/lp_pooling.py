@@ -5,33 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from onnx import NodeProto, TensorProto
 
 from custom_ops import lp_pooling as kernel
-from dml_onnx.definition import (
-    FLOAT_TYPES,
-    Attribute,
-    Example,
-    OpDefinition,
-    Parameter,
-    Shape,
-)
+from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode, op_version
 from dml_onnx.ops._window import (
-    DEFAULTS,
     WINDOW_ATTRIBUTES,
     Window,
-    WindowCase,
     block_counts,
-    case_shape,
-    case_table,
-    compute_type,
     gather_windows,
-    sample,
     spatial_input,
-    write_output,
 )
+from dml_onnx.ops._window_cases import lp_pooling_examples
 from dml_onnx.reference_ops import lp_pooling as reference
 
 
@@ -62,8 +48,8 @@ def _standard_form(node: StandardNode) -> None:
     """
     a, p = node.attributes, node.attributes["p"]
     window = Window.of(a["window_size"], a)
-    compute = compute_type(node.elem_type)
-    x = node.inputs[0] if compute == node.elem_type else node.cast(node.inputs[0], compute)
+    compute = node.compute_type
+    x = node.to_compute(node.inputs[0])
     dilated = any(d > 1 for d in window.dilations)
     if (node.elem_type in NATIVE_TYPES
             and all(max(before, after) < w for w, before, after
@@ -80,39 +66,7 @@ def _standard_form(node: StandardNode) -> None:
         total = gather_windows(node, powered, compute, window, sum_taps=True)
         y = (total if p == 1 else node.op("Sqrt", total) if p == 2
              else node.op("Pow", total, node.constant(1.0 / p, compute)))
-    write_output(node, y, compute)
-
-
-def _examples() -> tuple[Example, ...]:
-    rng = np.random.default_rng(4)
-    x2 = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
-    return (
-        Example("2d_p2_padded", (x2,), {"window_size": [3, 3], "start_padding": [1, 1],
-                                        "end_padding": [1, 1]}),
-        Example("2d_p1_strided_asymmetric", (x2,), {"window_size": [2, 3], "strides": [2, 1],
-                                                    "start_padding": [0, 2],
-                                                    "end_padding": [1, 0], "p": 1}),
-        Example("1d_p3_dilated", (rng.standard_normal((1, 2, 11)).astype(np.float64),),
-                {"window_size": [3], "dilations": [2], "strides": [2], "p": 3}),
-        Example("3d_p4", (rng.standard_normal((1, 2, 4, 5, 3)).astype(np.float32),),
-                {"window_size": [2, 2, 2], "dilations": [1, 2, 1], "end_padding": [1, 0, 1],
-                 "p": 4}),
-        Example("2d_float16", (x2.astype(np.float16),), {"window_size": [2, 2]}),
-        Example("window_larger_than_input", (x2[:, :, :1].astype(np.float16),),
-                {"window_size": [2, 2]},
-                error="spatial axis 0 output size 0 is below 1"),
-        *_table(np.random.default_rng(40)),
-    )
-
-
-def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared case table (:func:`~dml_onnx.ops._window.case_table`, up to 3-D), then p
-    varied on :data:`~dml_onnx.ops._window.DEFAULTS`."""
-    def example(name: str, case: WindowCase, dtype: np.dtype, **p: int) -> Example:
-        return Example(name, (sample(rng, case_shape(case), dtype),),
-                       {**case.for_op("window_size"), **p})
-    return (*(example(*row) for row in case_table(3, FLOAT_TYPES)),
-            *(example(f"p{p}", DEFAULTS, np.dtype(np.float32), p=p) for p in (1, 3, 4, 7)))
+    node.finish("Cast", y)
 
 
 DEFINITION = OpDefinition(
@@ -133,7 +87,7 @@ DEFINITION = OpDefinition(
     reference=reference.lp_pooling,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
-    examples=_examples,
+    examples=lp_pooling_examples,
 )
 
 

@@ -5,38 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import roi_align_grad as kernel
-from dml_onnx.definition import Attribute, Example, OpDefinition, Parameter, Shape
+from dml_onnx.definition import Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._roi import lowest, same_dim, spatial_image
-from dml_onnx.ops._roi_sampling import (
-    Axis,
-    RoiGrid,
-    dims,
-    finish,
-    image_rows,
-    rows_to_image,
-    to_compute,
-)
-from dml_onnx.ops.roi_align1 import (
-    CASE_BATCH,
-    CASE_IMAGE,
-    CASE_ROIS,
-    HALF_IMAGE,
-    HALF_ROIS,
-    NON_FINITE_IMAGE,
+from dml_onnx.ops._roi import (
     ROI_INPUTS,
     ROI_TYPES,
-    SAMPLING_ATTRIBUTES,
-    SAMPLING_VARIATIONS,
-    SEED_ATTRIBUTES,
-    SEED_BATCH,
-    SEED_ROIS,
+    lowest,
     roi_rows,
+    same_dim,
+    sampling_attributes,
+    spatial_image,
 )
+from dml_onnx.ops._roi_cases import roi_align_grad_examples
+from dml_onnx.ops._roi_sampling import Axis, RoiGrid, dims, image_rows, rows_to_image
 from dml_onnx.reference_ops import roi_align_grad as reference
 
 
@@ -79,7 +63,7 @@ def _standard_form(node: StandardNode) -> None:
     sizes = dims(node, X) if X else [node.constant(v) for v in a["input_shape"]]
     grads = dims(node, dY)
     grid = RoiGrid(node, rois, batch_indices, (sizes[2], sizes[3]), (grads[2], grads[3]))
-    g = node.unsqueeze(node.op("Transpose", to_compute(node, dY), perm=[0, 2, 3, 1]),
+    g = node.unsqueeze(node.op("Transpose", node.to_compute(dY), perm=[0, 2, 3, 1]),
                        [2, 4])  # [R, OH, 1, OW, 1, C]
     average = a["reduction_function"] == "average"
     image = image_rows(node, X, sizes) if drois_name or not average else ""
@@ -149,7 +133,8 @@ def _roi_gradient(node: StandardNode, grid: RoiGrid, image: str, weights: str, t
     y1, y2 = ends(grid.y, (wx, node.op("Sub", p10, p00)), (lx, node.op("Sub", p11, p01)),
                   [2, 3, 4, 5], grid.outputs[0], grid.height)
     stacked = node.op("Concat", *(node.unsqueeze(d, [1]) for d in (x1, y1, x2, y2)), axis=1)
-    finish(node, output, "Reshape", stacked, node.op("Shape", node.inputs[2]), allowzero=1)
+    node.finish("Reshape", stacked, node.op("Shape", node.inputs[2]), output=output,
+                allowzero=1)
 
 
 def _factors(node: StandardNode, grid: RoiGrid, axis: Axis, outputs: str,
@@ -175,78 +160,6 @@ def _factors(node: StandardNode, grid: RoiGrid, axis: Axis, outputs: str,
     return near, far
 
 
-def _examples() -> tuple[Example, ...]:
-    rng = np.random.default_rng(3)
-    seed_attributes = {k: v for k, v in SEED_ATTRIBUTES.items() if k != "output_size"}
-    seed_dy = np.arange(1, 13, dtype=np.float32).reshape(4, 1, 1, 3)
-    image = rng.standard_normal((2, 3, 9, 8))
-    rois = np.array([[0.7, 1.3, 6.1, 5.4], [2.2, 0.4, 3.9, 7.6], [5.6, 6.3, 1.2, 2.7]])
-    batch = np.array([1, 0, 1], np.int32)
-    grad = rng.standard_normal((3, 3, 2, 3))
-    linear = {"spatial_scale_x": 0.9, "spatial_scale_y": 1.1, "minimum_samples_per_output": 2,
-              "maximum_samples_per_output": 2}
-    both, dx, drois = (True, True), (True, False), (False, True)
-    dy = rng.standard_normal((5, 2, 2, 3)).astype(np.float32)  # for CASE_ROIS, output [2, 3]
-    cases = (CASE_IMAGE, dy, CASE_ROIS, CASE_BATCH)
-    image_shape = {"input_shape": list(CASE_IMAGE.shape)}
-    half = (HALF_IMAGE, rng.standard_normal((4, 1, 2, 2)).astype(np.float32), HALF_ROIS,
-            np.zeros(4, np.int64))
-    edges = {  # name: (inputs, attributes, outputs)
-        "dx_only": (cases, {}, dx),
-        "drois_only": (cases, {}, drois),
-        "max_dx_only": (cases, SAMPLING_VARIATIONS["max"], dx),
-        "x_omitted": ((None, *cases[1:]), image_shape, dx),
-        "x_omitted_nearest_corners": ((None, *cases[1:]), {
-            **image_shape, "interpolation_mode": "nearest_neighbor",
-            "align_regions_to_corners": 1}, dx),
-        "corners_single_sample": ((CASE_IMAGE, dy[:, :, :1, :1], CASE_ROIS, CASE_BATCH),
-                                  {"align_regions_to_corners": 1,
-                                   "maximum_samples_per_output": 1}, both),
-        "one_pixel_image": ((CASE_IMAGE[:, :, 2:3, 4:5], *cases[1:]), {}, both),
-        "one_image": ((CASE_IMAGE[:1], dy, CASE_ROIS, np.zeros(5, np.int64)),
-                      SAMPLING_VARIATIONS["max"], both),
-        "zero_rois": ((CASE_IMAGE, dy[:0], CASE_ROIS[:0], CASE_BATCH[:0]), {}, both),
-        "half_boundaries": (half, {}, both),
-        "half_boundaries_max_nearest": (half, SAMPLING_VARIATIONS["max_nearest"], dx),
-        "non_finite_max": ((NON_FINITE_IMAGE, *cases[1:]), SAMPLING_VARIATIONS["max"], both),
-        "non_finite_average": ((NON_FINITE_IMAGE, *cases[1:]), {}, both),
-    }
-    types = {  # name: (T, TI, rois shape, batch_indices shape, attributes, outputs)
-        "float16_int64_both": (np.float16, np.int64, (5, 4), (5,), {}, both),
-        "float16_uint32_max_dx": (np.float16, np.uint32, (5, 4), (1, 5),
-                                  SAMPLING_VARIATIONS["max"], dx),
-        "float32_int32_rank3_drois": (np.float32, np.int32, (1, 5, 4), (1, 1, 5), {}, drois),
-        "float64_uint64_rank4_max": (np.float64, np.uint64, (1, 1, 5, 4), (1, 1, 1, 5),
-                                     SAMPLING_VARIATIONS["max"], both),
-        "float64_int32_scales_differ": (np.float64, np.int32, (5, 4), (5,),
-                                        SAMPLING_VARIATIONS["scales_differ"], both),
-    }
-    return (
-        Example("seed_dx_without_x", (None, seed_dy, SEED_ROIS, SEED_BATCH),
-                {**seed_attributes, "input_shape": [1, 1, 4, 4]}, outputs=dx,
-                expected=(np.array([[[[3, 3, 9, 6], [0, 0, 0, 0], [15, 9, 21, 12],
-                                      [0, 0, 0, 0]]]], np.float32),)),
-        Example("both_gradients_float64", (image, grad, rois, batch), linear, outputs=both),
-        Example("drois_max_float32_uint64",
-                (image.astype(np.float32), grad.astype(np.float32), rois.astype(np.float32),
-                 batch.astype(np.uint64)),
-                {"reduction_function": "max", "align_regions_to_corners": 1}, outputs=drois),
-        Example("dx_float16", (image.astype(np.float16), grad.astype(np.float16),
-                               rois.astype(np.float16), batch), {}, outputs=dx),
-        *(Example(name, cases, attributes, outputs=both)
-          for name, attributes in SAMPLING_VARIATIONS.items()),
-        *(Example(name, inputs, attributes, outputs=outputs)
-          for name, (inputs, attributes, outputs) in edges.items()),
-        *(Example(name, (CASE_IMAGE.astype(t), dy.astype(t),
-                         CASE_ROIS.astype(t).reshape(rois_shape),
-                         CASE_BATCH.astype(ti).reshape(batch_shape)), attributes,
-                  outputs=outputs)
-          for name, (t, ti, rois_shape, batch_shape, attributes, outputs) in types.items()),
-        Example("dy_rows_disagree_with_rois", (image, grad[:2], rois, batch), linear,
-                outputs=both, error="dY shape [2, 3, 2, 3] does not start with"),
-    )
-
-
 DEFINITION = OpDefinition(
     name="RoiAlignGrad",
     summary="Backward of RoiAlign1: the gradient with respect to the image and/or the ROI "
@@ -268,7 +181,7 @@ DEFINITION = OpDefinition(
     ),
     type_constraints=ROI_TYPES,
     attributes=(
-        *SAMPLING_ATTRIBUTES,
+        *sampling_attributes("out_of_bounds_input_value"),
         Attribute("input_shape", "ints", "[N, C, H, W]; required when X is omitted.", None,
                   "X's shape"),
     ),
@@ -279,7 +192,7 @@ DEFINITION = OpDefinition(
     kernel_options=lambda present: {"compute_dx": present[0], "compute_drois": present[1]},
     check_signature=_check_signature,
     standard_form=_standard_form,
-    examples=_examples,
+    examples=roi_align_grad_examples,
 )
 
 

@@ -9,16 +9,10 @@ import numpy as np
 from onnx import NodeProto, TensorProto
 
 from custom_ops import roi_pooling as kernel
-from dml_onnx.definition import (
-    FLOAT_TYPES,
-    Attribute,
-    Example,
-    OpDefinition,
-    Parameter,
-    Shape,
-)
+from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import lowest, roi_count, spatial_image
+from dml_onnx.ops._roi_cases import roi_pooling_examples
 from dml_onnx.reference_ops import roi_pooling as reference
 
 
@@ -44,23 +38,19 @@ def _standard_form(node: StandardNode) -> None:
     if node.elem_type == TensorProto.DOUBLE or not node.uses_native("MaxRoiPool"):
         _decomposition(node, rows)
         return
-    x = node.inputs[0]
-    if node.elem_type == TensorProto.FLOAT16:  # max of float16 values in float32 is exact
-        x, rows = node.cast(x, TensorProto.FLOAT), node.cast(rows, TensorProto.FLOAT)
+    # float16 in float32 (max of float16 values in float32 is exact)
+    x, rows = node.to_compute(node.inputs[0]), node.to_compute(rows)
     ids, corners = node.op("Split", rows, node.constant([1, 4]), axis=1, outputs=2)
     scaled = node.op("Mul", corners, node.constant(node.attributes["spatial_scale"],
                                                    TensorProto.FLOAT))
     rounded = node.op("Concat", ids, node.op("Round", scaled), axis=1)
     pooled_shape = node.attributes["pooled_size"]
     if node.elem_type == TensorProto.FLOAT:
-        node.op("MaxRoiPool", x, rounded, outputs=node.outputs, pooled_shape=pooled_shape,
-                spatial_scale=1.0)
+        node.finish("MaxRoiPool", x, rounded, pooled_shape=pooled_shape, spatial_scale=1.0)
         return
     # float16: a bin of only -inf gives lowest(float16), not float32's lowest cast to -inf
     pooled = node.op("MaxRoiPool", x, rounded, pooled_shape=pooled_shape, spatial_scale=1.0)
-    node.op("Cast", node.op("Max", pooled, node.constant(lowest(node.elem_type),
-                                                         TensorProto.FLOAT)),
-            outputs=node.outputs, to=node.elem_type)
+    node.finish("Max", pooled, node.constant(lowest(node.elem_type), TensorProto.FLOAT))
 
 
 def _decomposition(node: StandardNode, rows: str) -> None:
@@ -79,10 +69,10 @@ def _decomposition(node: StandardNode, rows: str) -> None:
     any image), where the int64 bin arithmetic could overflow: the kernel computes those
     exactly with Python integers, the form refuses them rather than compute a wrong value.
     """
-    ctype = TensorProto.DOUBLE if node.elem_type == TensorProto.DOUBLE else TensorProto.FLOAT
+    ctype = node.compute_type
     ph_count, pw_count = node.attributes["pooled_size"]
-    x = node.inputs[0] if node.elem_type == ctype else node.cast(node.inputs[0], ctype)
-    rows = rows if node.elem_type == ctype else node.cast(rows, ctype)
+    x = node.to_compute(node.inputs[0])
+    rows = node.to_compute(rows)
     ids, coordinates = node.op("Split", rows, node.constant([1, 4]), axis=1, outputs=2)
     scaled = node.op("Mul", coordinates, node.constant(node.attributes["spatial_scale"], ctype))
     corners = node.cast(node.op("Round", scaled), TensorProto.INT64)
@@ -107,17 +97,7 @@ def _decomposition(node: StandardNode, rows: str) -> None:
     y = _bin_maxima(node, y, node.unsqueeze(row_members, [2, 4]), ph_count, 2,
                     start)                                                   # [R, C, PH, PW]
     empty = node.op("Or", node.unsqueeze(row_empty, [1, 3]), node.unsqueeze(col_empty, [1, 2]))
-    _write_output(node, ctype, "Where", empty, node.constant(0, ctype), y)
-
-
-def _write_output(node: StandardNode, compute_type: int, op_type: str, *inputs: str,
-                  **attributes: Any) -> None:
-    """Emit ``op_type`` computing Y in ``compute_type``, cast to ``T`` where that differs."""
-    if compute_type == node.elem_type:
-        node.op(op_type, *inputs, outputs=node.outputs, **attributes)
-    else:
-        node.op("Cast", node.op(op_type, *inputs, **attributes), outputs=node.outputs,
-                to=node.elem_type)
+    node.finish("Where", empty, node.constant(0, ctype), y)
 
 
 def _bin_maxima(node: StandardNode, x: str, members: str, pooled: int, axis: int,
@@ -175,90 +155,6 @@ def _bin_members(node: StandardNode, lo: str, hi: str, pooled: int,
     return members, node.op("LessOrEqual", end, start)
 
 
-def _times(rois: np.ndarray, factor: float) -> np.ndarray:
-    """float32 ``rois`` ``[R, 5]`` with the corners (not the batch ids) times ``factor``."""
-    return np.concatenate([rois[:, :1], rois[:, 1:] * np.float32(factor)], axis=1)
-
-
-def _examples() -> tuple[Example, ...]:
-    """The case table: the original examples, then the defaults, each attribute varied on its
-    own, edge cases, special values and every element type (a few hundred values each)."""
-    rng = np.random.default_rng(1)
-    ramp = np.arange(72, dtype=np.float32).reshape(1, 2, 6, 6)
-    halves = np.array([[0, 5, 5, 9, 11], [0, -1, 3, 4.9, 7], [0, 3, 1, 5, 3]], np.float32)
-    image = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
-    rois = np.array([[[[1, 2, 1, 6, 7], [0, -3, -3, 3, 3], [1, 9, 9, 12, 12],
-                       [0.9, 6, 5, 2, 1], [1.5, 0, 0, 7, 7]]]], np.float32)
-    flat = rois[0, 0]
-    special = image.copy()  # NaN, -inf and +inf, alone and with other values in a bin
-    special[0, 0, 1:3, 2:4] = np.nan
-    special[0, 1, :, :5] = -np.inf
-    special[1, 2, 4, 4] = np.inf
-    special[0, 2, 7, 7] = np.nan
-    whole = np.array([[0, 0, 0, 7, 7], [1, 0, 0, 7, 7], [0, 1, 2, 6, 4], [1, 3, 3, 5, 5]],
-                     np.float32)
-    half_rois = np.array([[0, 0.5, 1.5, 2.5, 3.5], [1, -0.5, -1.5, 4.5, 6.5],
-                          [0, -2.5, 5.5, 9.5, 7.5], [1, 2.5, 2.5, 2.5, 2.5]], np.float32)
-    float32_cases: list[tuple[str, np.ndarray, np.ndarray, dict[str, Any]]] = [
-        ("defaults", image, flat, {}),
-        ("pooled_1x1", image, flat, {"pooled_size": [1, 1]}),
-        ("pooled_1x4", image, flat, {"pooled_size": [1, 4]}),
-        ("pooled_5x1", image, flat, {"pooled_size": [5, 1]}),
-        ("pooled_larger_than_rois", image, np.array([[0, 2, 2, 3, 3], [1, 5, 1, 5, 3]],
-                                                    np.float32), {"pooled_size": [5, 4]}),
-        ("scale_zero", image, flat, {"spatial_scale": 0.0}),
-        ("scale_negative", image, _times(flat, -1), {"spatial_scale": -0.5}),
-        ("scale_tiny", image, _times(half_rois, 1000), {"spatial_scale": 1e-3}),
-        ("scale_large", image, _times(flat, 1 / 16), {"spatial_scale": 16.0}),
-        ("scale_third", image, _times(half_rois, 3), {"spatial_scale": 1 / 3}),
-        ("half_coordinates", image, half_rois, {"pooled_size": [2, 3]}),
-        ("inverted", image, np.array([[0, 5, 6, 1, 2], [1, 6, 1, 2, 6], [0, 2, 6, 5, 3]],
-                                     np.float32), {}),
-        ("outside", image, np.array([[0, -9, 2, -1, 5], [1, 8, 0, 12, 7], [0, 1, -7, 6, -1],
-                                     [1, 0, 8, 7, 15], [0, 20, 20, 30, 30]], np.float32),
-         {"pooled_size": [3, 2]}),
-        ("one_pixel_image", image[:, :, :1, :1].copy(),
-         np.array([[0, 0, 0, 0, 0], [1, -2, -1, 3, 2], [0, 1, 0, 4, 0], [1, 0.4, -0.4, 0.4, 0.49]],
-                  np.float32), {}),
-        ("batch_truncation", image, np.array([[0.999, 0, 0, 7, 7], [-0.75, 2, 1, 6, 5],
-                                              [1.0, 1, 1, 7, 3], [1.999, 3, 0, 4, 7]],
-                                             np.float32), {}),
-        ("rank4_zero_rois", image, np.zeros((1, 1, 0, 5), np.float32), {}),
-        ("negative_values", -np.abs(image) - 1, flat, {"pooled_size": [3, 3]}),
-    ]
-    typed = [(f"{np.dtype(t).name}_{name}", x.astype(t), r.astype(t), attributes)
-             for t in (np.float16, np.float64)
-             for name, x, r, attributes in float32_cases
-             if name in ("half_coordinates", "outside", "scale_third")]
-    # NaN and infinities in double only: its standard form is the decomposition, while
-    # onnxruntime's MaxRoiPool (the float32 form) keeps a NaN scanned last in its bin.
-    typed.append(("float64_nan_and_infinities", special.astype(np.float64),
-                  whole.astype(np.float64), {"pooled_size": [4, 4]}))
-    table = [Example(name, (x, r), {"pooled_size": [2, 2], **attributes})
-             for name, x, r, attributes in float32_cases + typed]
-    return (
-        Example("half_coordinates_scale_half", (ramp, halves),
-                {"pooled_size": [2, 2], "spatial_scale": 0.5}),
-        Example("rank4_rois_outside_inverted", (image, rois), {"pooled_size": [3, 2]}),
-        Example("float64_3x5", (image.astype(np.float64), flat.astype(np.float64)),
-                {"pooled_size": [3, 5], "spatial_scale": 1.25}),
-        Example("float16", (image.astype(np.float16), rois[0].astype(np.float16)),
-                {"pooled_size": [2, 2]}),
-        Example("zero_rois", (image, np.zeros((0, 5), np.float32)), {"pooled_size": [2, 2]}),
-        *table,
-        Example("float16_products_in_float32",  # 27.125 * float32(0.35) rounds to 9, not 10
-                (np.arange(20, dtype=np.float16).reshape(1, 1, 1, 20),
-                 np.array([[0, 27.125, 0, 27.125, 0], [0, 47.125, 0, 47.125, 0]], np.float16)),
-                {"pooled_size": [1, 1], "spatial_scale": 0.35}),
-        Example("batch_index_outside", (image, np.array([[2, 0, 0, 1, 1]], np.float32)),
-                {"pooled_size": [2, 2]}, error="rois[0] batch index 2 is outside [0, 2)"),
-        Example("batch_index_nan", (image, np.array([[np.nan, 0, 0, 1, 1]], np.float32)),
-                {"pooled_size": [2, 2]}, error="rois[0] batch index nan is NaN, not in [0, 2)"),
-        Example("coordinate_infinite", (image, np.array([[0, 0, 0, 1, np.inf]], np.float32)),
-                {"pooled_size": [2, 2]}, error="rois[0] y2 inf is not finite"),
-    )
-
-
 DEFINITION = OpDefinition(
     name="RoiPooling",
     summary="Max pooling over regions of interest (Fast R-CNN ROI pooling). As DirectML "
@@ -283,7 +179,7 @@ DEFINITION = OpDefinition(
     reference=reference.roi_pooling,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
-    examples=_examples,
+    examples=roi_pooling_examples,
 )
 
 

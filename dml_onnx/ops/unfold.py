@@ -6,34 +6,21 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from onnx import NodeProto
 
 from custom_ops import unfold as kernel
-from dml_onnx.definition import (
-    ANY_TYPES,
-    Attribute,
-    Example,
-    OpDefinition,
-    Parameter,
-    Shape,
-    product,
-)
+from dml_onnx.definition import ANY_TYPES, OpDefinition, Parameter, Shape, product
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import (
     WINDOW_ATTRIBUTES,
+    WINDOW_SIZES,
     Window,
     block_counts,
-    case_shape,
-    case_table,
     gather_windows,
-    sample,
     spatial_input,
 )
+from dml_onnx.ops._window_cases import unfold_examples
 from dml_onnx.reference_ops import unfold as reference
-
-WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial axis "
-                                                 "(k values, k = 1..6).")
 
 
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
@@ -64,63 +51,6 @@ def _standard_form(node: StandardNode) -> None:
     node.op("Reshape", grouped, shape, outputs=node.outputs)
 
 
-# The two worked examples of the DirectML UNFOLD page: X = arange(25) as [1, 1, 5, 5], 3x3
-# window, then the same with StartPadding = EndPadding = {1, 0}. Rows as printed there.
-SEED_1 = [
-    [0, 1, 2, 5, 6, 7, 10, 11, 12], [1, 2, 3, 6, 7, 8, 11, 12, 13],
-    [2, 3, 4, 7, 8, 9, 12, 13, 14], [5, 6, 7, 10, 11, 12, 15, 16, 17],
-    [6, 7, 8, 11, 12, 13, 16, 17, 18], [7, 8, 9, 12, 13, 14, 17, 18, 19],
-    [10, 11, 12, 15, 16, 17, 20, 21, 22], [11, 12, 13, 16, 17, 18, 21, 22, 23],
-    [12, 13, 14, 17, 18, 19, 22, 23, 24],
-]
-SEED_2 = [
-    [0, 0, 0, 0, 1, 2, 5, 6, 7, 10, 11, 12, 15, 16, 17],
-    [0, 0, 0, 1, 2, 3, 6, 7, 8, 11, 12, 13, 16, 17, 18],
-    [0, 0, 0, 2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19],
-    [0, 1, 2, 5, 6, 7, 10, 11, 12, 15, 16, 17, 20, 21, 22],
-    [1, 2, 3, 6, 7, 8, 11, 12, 13, 16, 17, 18, 21, 22, 23],
-    [2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19, 22, 23, 24],
-    [5, 6, 7, 10, 11, 12, 15, 16, 17, 20, 21, 22, 0, 0, 0],
-    [6, 7, 8, 11, 12, 13, 16, 17, 18, 21, 22, 23, 0, 0, 0],
-    [7, 8, 9, 12, 13, 14, 17, 18, 19, 22, 23, 24, 0, 0, 0],
-]
-
-
-def _examples() -> tuple[Example, ...]:
-    rng = np.random.default_rng(5)
-    seed_x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
-    x3 = rng.integers(-50, 50, (2, 2, 4, 5, 3)).astype(np.int32)
-    return (
-        Example("seed_1", (seed_x,), {"window_sizes": [3, 3]},
-                expected=(np.array([SEED_1], np.float32),)),
-        Example("seed_2_padded", (seed_x,), {"window_sizes": [3, 3], "start_padding": [1, 0],
-                                             "end_padding": [1, 0]},
-                expected=(np.array([SEED_2], np.float32),)),
-        Example("1d_int8_strided", (rng.integers(-100, 100, (2, 3, 9)).astype(np.int8),),
-                {"window_sizes": [2], "strides": [3], "start_padding": [2]}),
-        Example("3d_int32_dilated", (x3,), {"window_sizes": [2, 2, 2], "dilations": [2, 1, 1],
-                                            "strides": [1, 2, 1], "end_padding": [0, 1, 1]}),
-        Example("2d_bool", (rng.random((1, 2, 4, 4)) > 0.5,),
-                {"window_sizes": [2, 3], "start_padding": [1, 1], "end_padding": [0, 1]}),
-        Example("2d_float16", (rng.standard_normal((1, 3, 5, 4)).astype(np.float16),),
-                {"window_sizes": [3, 2], "strides": [2, 2], "start_padding": [1, 0]}),
-        Example("6d_uint16", (rng.integers(0, 1000, (1, 1, 2, 3, 2, 2, 3, 2)).astype(np.uint16),),
-                {"window_sizes": [1, 2, 2, 1, 2, 2]}),
-        Example("window_larger_than_input", (x3[:, :, :1],),
-                {"window_sizes": [2, 2, 2], "dilations": [2, 1, 1], "strides": [1, 2, 1],
-                 "end_padding": [0, 1, 1]},
-                error="spatial axis 0 block count 0 is below 1"),
-        *_table(np.random.default_rng(50)),
-    )
-
-
-def _table(rng: np.random.Generator) -> tuple[Example, ...]:
-    """The shared case table (:func:`~dml_onnx.ops._window.case_table`)."""
-    return tuple(Example(name, (sample(rng, case_shape(case), dtype),),
-                         case.for_op("window_sizes"))
-                 for name, case, dtype in case_table(6, ANY_TYPES))
-
-
 DEFINITION = OpDefinition(
     name="Unfold",
     summary="Extracts sliding blocks (im2col) of an N-dimensional input.",
@@ -135,7 +65,7 @@ DEFINITION = OpDefinition(
     reference=reference.unfold,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
-    examples=_examples,
+    examples=unfold_examples,
 )
 
 
