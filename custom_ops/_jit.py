@@ -74,13 +74,15 @@ def _tolerate_damage(dispatcher: Any) -> None:
 
 
 class _SignalsAfterCompiling(event.Listener):
-    """Python signal handlers wait while the main thread holds numba's compiler lock, then run.
+    """Python signal handlers wait while the main thread holds numba's compiler or LLVM lock,
+    then run.
 
     A loop compiles (or loads its cache) on its first call with new argument types, on the
     calling thread. A Ctrl-C (or any signal with a Python handler) raised in the middle of
     numba's compiler leaves the loop broken for the process ("no compiled object yet"); so
     each such signal is recorded and raised again once the compiler lock is released, where
-    the handler runs as usual. Other threads are never interrupted by signals."""
+    the handler runs as usual (an interrupt inside llvmlite's lock left it held: the next
+    compilation hung). Other threads are never interrupted by signals."""
 
     def __init__(self) -> None:
         self.depth = 0
@@ -114,7 +116,9 @@ class _SignalsAfterCompiling(event.Listener):
                 signal.raise_signal(number)
 
 
-event.register("numba:compiler_lock", _SignalsAfterCompiling())
+_deferring = _SignalsAfterCompiling()
+for _kind in ("numba:compiler_lock", "numba:llvm_lock"):  # the second is also taken alone
+    event.register(_kind, _deferring)
 jit = _compiler()
 parallel_jit = _compiler(parallel=True)
 
