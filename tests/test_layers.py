@@ -18,7 +18,7 @@ import dml_onnx
 from dml_onnx.builders import single_node_model, snake
 from dml_onnx.conformance import CONFORMANCE_OPSETS, example_case
 from dml_onnx.runtime import RUNTIME_DOMAIN
-from tests.native import assert_matches_reference
+from tests._support.native import assert_matches_reference
 
 EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if not e.error]
 ERROR_EXAMPLES = [(d, e) for d in dml_onnx.OPERATORS for e in d.examples() if e.error]

@@ -1,6 +1,6 @@
-"""Failure behaviour: the catalogue of bad inputs (tests/bad_inputs.py) through every layer a
-user meets, a child process that must survive every runtime case on both session paths, the
-memory limit, and concurrent mixed valid and invalid runs on one session."""
+"""Failure behaviour: the catalogue of bad inputs (``tests/_support/bad_inputs.py``) through
+every layer a user meets, a child process that must survive every runtime case on both
+session paths, the memory limit, and concurrent mixed valid and invalid runs on one session."""
 
 from __future__ import annotations
 
@@ -17,9 +17,19 @@ import pytest
 import dml_onnx
 from custom_ops import limits
 from dml_onnx import cli
-from tests import bad_inputs
-from tests.bad_inputs import BUILD, CASES, CHECK, CHECKER, LAYERS, LOAD, RUN, BadInput, limited
-from tests.native import assert_matches_reference
+from tests._support import bad_inputs
+from tests._support.bad_inputs import (
+    BUILD,
+    CASES,
+    CHECK,
+    CHECKER,
+    LAYERS,
+    LOAD,
+    RUN,
+    BadInput,
+    limited,
+)
+from tests._support.native import assert_matches_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,7 +197,7 @@ def test_check_reports_an_unreadable_model(tmp_path):
 
 # --------------------------------------------------------------------------------- child process
 def test_a_child_process_survives_every_runtime_case_on_both_paths():
-    result = subprocess.run([sys.executable, "-m", "tests.run_bad_inputs"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "tests._support.run_bad_inputs"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     outcomes = {o["case"]: o for o in map(json.loads, result.stdout.splitlines())}

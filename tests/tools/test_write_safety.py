@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import onnx
@@ -17,12 +15,8 @@ from dml_onnx import conformance
 from dml_onnx.conformance import files, points, probes
 from dml_onnx.graphs import save_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dml_onnx", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
 
 
 def _model() -> onnx.ModelProto:
@@ -32,27 +26,27 @@ def _model() -> onnx.ModelProto:
             "Y", TensorProto.FLOAT, [1, 1, 3, 3])])
 
 
-def test_export_keeps_what_it_did_not_write_and_refuses_to_replace_it(tmp_path):
+def test_export_keeps_what_it_did_not_write_and_refuses_to_replace_it(tmp_path, cli):
     suite = tmp_path / "suite"
-    assert _cli("conformance", "export", str(suite)).returncode == 0
+    assert cli("conformance", "export", str(suite)).returncode == 0
     case = next(suite.glob("test_roi_pooling_*"))
     mine = suite / "test_mine"  # a user's folder beside the suite's: left alone
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     assert conformance.written_by_suite(case) and not conformance.written_by_suite(mine)
-    assert _cli("conformance", "export", str(suite)).returncode == 0
+    assert cli("conformance", "export", str(suite)).returncode == 0
     assert (mine / "notes.txt").read_text() == "keep" and case.is_dir()
 
     # a user's file inside a case folder of the suite's name, or in probes/: refused, and
     # nothing at all removed
     (case / "notes.txt").write_text("mine")
-    done = _cli("conformance", "export", str(suite))
+    done = cli("conformance", "export", str(suite))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "not written by dml-onnx conformance export" in done.stderr.splitlines()[-1]
     assert (case / "notes.txt").read_text() == "mine" and (mine / "notes.txt").exists()
     (case / "notes.txt").unlink()
     (suite / "probes" / "mine.txt").write_text("mine")
-    done = _cli("conformance", "export", str(suite))
+    done = cli("conformance", "export", str(suite))
     assert done.returncode == 1 and "probes" in done.stderr
     assert (suite / "probes" / "mine.txt").read_text() == "mine"
 
@@ -80,11 +74,11 @@ def test_probes_refuse_a_folder_of_someone_elses():
 
 
 @pytest.mark.parametrize("command", ["lower", "raise"])
-def test_in_place_conversion_is_whole_or_not_at_all(tmp_path, command):
+def test_in_place_conversion_is_whole_or_not_at_all(tmp_path, command, cli):
     path = tmp_path / "model.onnx"
     onnx.save(_model(), path)
     path.chmod(0o640)
-    assert _cli(command, str(path), str(path)).returncode == 0
+    assert cli(command, str(path), str(path)).returncode == 0
     assert path.stat().st_mode & 0o777 == 0o640  # the file keeps its permissions
     onnx.checker.check_model(onnx.load(path))
     assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]  # no temporary left
@@ -129,7 +123,7 @@ def _two_cases(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 @pytest.mark.parametrize("damage", ["fifo input", "input linked to /dev/zero",
                                     "malformed config", "config linked to a fifo"])
-def test_a_hostile_case_fails_alone_in_one_line_and_never_hangs(tmp_path, damage):
+def test_a_hostile_case_fails_alone_in_one_line_and_never_hangs(tmp_path, damage, cli):
     suite, bad, good = _two_cases(tmp_path)
     pb, config = bad / "test_data_set_0" / "input_0.pb", bad / "config.txt"
     if damage == "fifo input":
@@ -144,7 +138,7 @@ def test_a_hostile_case_fails_alone_in_one_line_and_never_hangs(tmp_path, damage
         config.unlink()
         os.mkfifo(tmp_path / "fifo")
         config.symlink_to(tmp_path / "fifo")
-    done = _cli("conformance", "run", str(suite), "--quiet")
+    done = cli("conformance", "run", str(suite), "--quiet")
     assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
     failed = [line for line in done.stdout.splitlines() if line.startswith(bad.name)]
     assert len(failed) == 1 and ("input_0.pb" in failed[0] or "config.txt" in failed[0])

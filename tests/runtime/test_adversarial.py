@@ -1,8 +1,8 @@
-"""What a hostile user tries beyond the catalogue of bad inputs (tests/bad_inputs.py): models
-that reach the binding's private domain, interrupts and exits inside kernels, chains of
-failing nodes, onnxruntime's other run methods, extreme but valid attributes, invalid opset
-imports and nesting, and value names that look like the binding's own. Whatever could end the
-process runs in a child process."""
+"""What a hostile user tries beyond the catalogue of bad inputs
+(``tests/_support/bad_inputs.py``): models that reach the binding's private domain, interrupts
+and exits inside kernels, chains of failing nodes, onnxruntime's other run methods, extreme
+but valid attributes, invalid opset imports and nesting, and value names that look like the
+binding's own. Whatever could end the process runs in a child process."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from onnxruntime_extensions import get_library_path
 import dml_onnx
 import dml_onnx.conformance
 from dml_onnx import cli
-from tests.native import assert_matches_reference
+from tests._support.native import assert_matches_reference
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INT64_MAX = (1 << 63) - 1
 
 
@@ -91,7 +91,7 @@ def test_an_interrupt_or_exit_inside_a_kernel_comes_out_of_run_as_itself(stop):
     out = child(f"""
         import numpy as np
         import dml_onnx
-        from tests.test_adversarial import POOL, ROIS, X
+        from tests.runtime.test_adversarial import POOL, ROIS, X
         definition = dml_onnx.OPERATORS_BY_NAME["RoiPooling"]
         prepare, stop = definition.prepare, [True]
         def stopping(**attributes):
@@ -511,7 +511,7 @@ def test_a_crafted_runtime_node_with_a_config_that_is_not_utf8_fails_without_end
         from onnx import TensorProto, helper, numpy_helper
         import dml_onnx
         from dml_onnx.definition import RUNTIME_DOMAIN
-        from tests.test_adversarial import POOL, ROIS, X
+        from tests.runtime.test_adversarial import POOL, ROIS, X
         model = dml_onnx.to_runtime_model(POOL)
         (config,) = [n for n in model.graph.node if n.op_type == "Constant"
                      and n.output[0].endswith("_config")]

@@ -22,7 +22,7 @@ from custom_ops import _threads
 from custom_ops.roi_pooling import check_attributes, roi_pooling
 from dml_onnx.reference_ops.roi_pooling import bin_edges, region_corners
 from dml_onnx.reference_ops.roi_pooling import roi_pooling as reference_roi_pooling
-from tests.native import run_native
+from tests._support.native import run_native
 
 # ---------------------------------------------------------------------------------------------
 # The package reference, and onnxruntime's bin edges

@@ -101,7 +101,7 @@ def test_a_plain_session_runs_the_kernels_whichever_package_is_imported_first(ex
         print(session.run(None, {"X": np.ones((1, 1, 3, 3), np.float32)})[0].shape)
         """)])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["(1,", "4,", "4)"]
 
@@ -125,7 +125,7 @@ def test_the_extension_loads_without_its_converters_and_they_still_work(importer
               converter is cvt.HFTokenizerConverter, callable(extensions.gen_processing_models))
         """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "False", "True", "True", "True"]
 

@@ -23,7 +23,7 @@ from custom_ops.roi_align1 import roi_align1
 from custom_ops.roi_align_grad import roi_align_grad
 from dml_onnx.reference_ops.roi_align1 import roi_align1 as reference_forward
 from dml_onnx.reference_ops.roi_align_grad import roi_align_grad as reference_backward
-from tests.native import run_native
+from tests._support.native import run_native
 
 DEFAULTS = dict(reduction_function="average", interpolation_mode="linear",
                 spatial_scale_x=1.0, spatial_scale_y=1.0, input_pixel_offset=0.5,

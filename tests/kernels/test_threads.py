@@ -148,7 +148,7 @@ def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, i
         name, value = user_setting.split("=")
         env[name] = value
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
+                          cwd=Path(__file__).resolve().parents[2], timeout=120, check=True)
     kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
     during = kept if user_setting else _threads.SPIN_COUNT
     assert done.stdout.split() == [f"[{during!r}]", str(kept)]

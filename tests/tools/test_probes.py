@@ -19,7 +19,7 @@ from dml_onnx.conformance import points, probes
 from dml_onnx.conformance.metric import difference
 from dml_onnx.ops import OPERATORS_BY_NAME
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "models" / conformance.PROBES
 CASES = [pytest.param(point, case, id=f"{point.name}-{case.name}")
          for point in points.POINTS for case in point.cases]

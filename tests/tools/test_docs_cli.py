@@ -20,7 +20,7 @@ import dml_onnx
 from dml_onnx import conformance, docs
 from dml_onnx.builders import snake
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 

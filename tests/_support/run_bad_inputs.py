@@ -2,8 +2,8 @@
 through ``dml_onnx.InferenceSession`` and through a plain onnxruntime session over
 ``dml_onnx.to_runtime_model`` (the README's two paths).
 
-Run as ``python -m tests.run_bad_inputs`` from the repository root. Prints one JSON line per case,
-as soon as it is done (so that a crash still shows which case it was in)::
+Run as ``python -m tests._support.run_bad_inputs`` from the repository root. Prints one JSON
+line per case, as soon as it is done (so that a crash still shows which case it was in)::
 
     {"case": ..., "session": {"type": ..., "message": ...}, "session_recovered": true,
      "plain": {"type": ..., "message": ..., "logged": ...}, "plain_recovered": true}
@@ -24,8 +24,8 @@ import onnxruntime as ort
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
-from tests.bad_inputs import CASES, RUN, BadInput, limited
-from tests.native import assert_matches_reference
+from tests._support.bad_inputs import CASES, RUN, BadInput, limited
+from tests._support.native import assert_matches_reference
 
 
 class _Reasons(logging.Handler):

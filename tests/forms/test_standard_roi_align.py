@@ -22,7 +22,7 @@ from dml_onnx.builders import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.ops.roi_align1 import native_sampling_ratio
-from tests.native import run_native
+from tests._support.native import run_native
 
 FORWARD = OPERATORS_BY_NAME["RoiAlign1"]
 GRADIENT = OPERATORS_BY_NAME["RoiAlignGrad"]

@@ -4,8 +4,6 @@ kernels, differentiable (checked by finite differences in float64), and usable u
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +16,9 @@ from torchvision.ops import roi_align, roi_pool
 import dml_onnx.torch as dt
 from dml_onnx.ops import OPERATORS
 from dml_onnx.torch._ops import _EXACT_ROI_GRADIENT, OPS, arguments
-from tests.native import unraised_roi_aligns
+from tests._support.native import unraised_roi_aligns
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = torch.Generator().manual_seed(7)
 
 
@@ -140,16 +138,11 @@ def test_compile_and_export_take_the_operators():
     torch.testing.assert_close(exported.module()(image.detach(), rois, batch), eager.detach())
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-
-
-def test_without_torch_the_import_names_the_extra_and_the_rest_runs():
-    done = _python("import sys; sys.modules['torch'] = None\n"
+def test_without_torch_the_import_names_the_extra_and_the_rest_runs(python_child):
+    done = python_child("import sys; sys.modules['torch'] = None\n"
                    "try:\n    import dml_onnx.torch\nexcept ImportError as e:\n    print(e)")
     assert "pip install 'dml-onnx[torch]'" in done.stdout, done.stderr
-    done = _python("import sys; sys.modules['torch'] = None\n"
+    done = python_child("import sys; sys.modules['torch'] = None\n"
                    "import numpy as np, dml_onnx, dml_onnx.builders, dml_onnx.conformance\n"
                    "from dml_onnx.ops import OPERATORS_BY_NAME\n"
                    "model = dml_onnx.builders.single_node_model(\n"

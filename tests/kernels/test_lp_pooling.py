@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from custom_ops.lp_pooling import lp_pooling
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as reference
-from tests.native import run_native
+from tests._support.native import run_native
 
 
 def _attributes(window, strides=None, start=None, end=None, dilations=None, p=2) -> dict:

@@ -22,7 +22,7 @@ from custom_ops.unfold import unfold
 from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
-from tests.native import run_native
+from tests._support.native import run_native
 
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_TYPES = [np.float16, np.float32, np.float64]

@@ -1,0 +1,7 @@
+"""Helpers of the tests, not tests: the catalogue of bad inputs (``bad_inputs``), its child
+process (``run_bad_inputs``), onnxruntime's native kernels as oracles (``native``)."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The project's root."""

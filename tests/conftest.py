@@ -1,0 +1,35 @@
+"""What every test module may use: the ``cli`` fixture runs ``python -m dml_onnx`` and the
+``python_child`` fixture runs Python code, each in a fresh interpreter at the project's root
+(never inheriting this process's state: loaded kernels, registered schemas, signal handlers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+from tests._support import ROOT
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def cli() -> Run:
+    """``cli(*arguments, timeout=300)``: the command line's result (output captured as text)."""
+    def run(*arguments: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dml_onnx", *arguments],
+                              capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    return run
+
+
+@pytest.fixture
+def python_child() -> Run:
+    """``python_child(code, timeout=120)``: the result of ``code`` (dedented) in a fresh
+    interpreter (output captured as text)."""
+    def run(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    return run
