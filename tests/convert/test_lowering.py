@@ -14,34 +14,27 @@ from onnx import TensorProto, helper
 import dml_onnx
 from dml_onnx.raising import raise_model
 from tests._support.native import unraised_roi_aligns
-from tests.convert._models import (
-    assert_same,
-    feeds_for,
-    op_types,
-    plain_outputs,
-    standard_model,
-    value_info,
-)
+from tests.convert import _models as models
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dml_model() -> onnx.ModelProto:
     """Conv -> RoiAlign1 -> LpPooling, Conv -> RoiPooling, Unfold -> Fold: a dml_onnx model."""
-    raised = raise_model(standard_model(), functions=False).model
+    raised = raise_model(models.standard_model(), functions=False).model
     unfold = dml_onnx.unfold("image", "patches", window_sizes=[3, 3], strides=[2, 2],
                              start_padding=[1, 0], name="unfold")
     fold = dml_onnx.fold("patches", "refolded", window_sizes=[3, 3], strides=[2, 2],
                          start_padding=[1, 0], output_size=[12, 12], name="fold")
     raised.graph.node.extend([unfold, fold])
-    raised.graph.output.append(value_info("refolded", TensorProto.FLOAT, [2, 3, 12, 12]))
+    raised.graph.output.append(models.value_info("refolded", TensorProto.FLOAT, [2, 3, 12, 12]))
     return raised
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_lower_gives_standard_ops_with_the_same_outputs(native):
     model = _dml_model()
-    want = dml_onnx.InferenceSession(model).run(None, feeds_for(model))
+    want = dml_onnx.InferenceSession(model).run(None, models.feeds_for(model))
     lowered = dml_onnx.lower_model(model, native=native)
     assert all(n.domain in ("", "ai.onnx") for n in lowered.graph.node)
     assert [o.domain for o in lowered.opset_import] == [""]
@@ -49,17 +42,17 @@ def test_lower_gives_standard_ops_with_the_same_outputs(native):
     onnx.checker.check_model(lowered, full_check=True)
     names = [o for n in lowered.graph.node for o in n.output]
     assert len(names) == len(set(names))
-    natives = {"LpPool", "MaxRoiPool", "Col2Im"} & set(op_types(lowered))
+    natives = {"LpPool", "MaxRoiPool", "Col2Im"} & set(models.op_types(lowered))
     assert natives == ({"LpPool", "MaxRoiPool", "Col2Im"} if native else set())
     assert bool(unraised_roi_aligns(lowered)) == native
-    assert_same(plain_outputs(lowered), want)
+    models.assert_same(models.plain_outputs(lowered), want)
 
 
 def test_raising_a_lowered_model_gives_back_the_native_nodes():
     model = _dml_model()
     again = raise_model(dml_onnx.lower_model(model), functions=False).model
     # Unfold has no native op: its decomposition stays standard
-    assert [t for t in op_types(again) if t in dml_onnx.OPERATORS_BY_NAME] == [
+    assert [t for t in models.op_types(again) if t in dml_onnx.OPERATORS_BY_NAME] == [
         "RoiAlign1", "LpPooling", "RoiPooling", "Fold", "Fold"]
 
 
@@ -86,8 +79,8 @@ def test_functions_make_a_dml_onnx_model_portable():
     assert sorted((f.name, f.overload) for f in model.functions) == sorted(
         (n.op_type, n.overload) for n in model.graph.node if n.domain == dml_onnx.DOMAIN)
     onnx.checker.check_model(model, full_check=True)
-    want = dml_onnx.InferenceSession(model).run(None, feeds_for(model))
-    assert_same(plain_outputs(model), want)  # plain onnxruntime inlines the functions
+    want = dml_onnx.InferenceSession(model).run(None, models.feeds_for(model))
+    models.assert_same(models.plain_outputs(model), want)  # plain onnxruntime inlines the functions
     assert dml_onnx.with_functions(model).SerializeToString(deterministic=True) == \
         model.SerializeToString(deterministic=True)
 
@@ -98,19 +91,19 @@ def test_nodes_with_equal_forms_share_one_function():
     twin.CopyFrom(next(n for n in model.graph.node if n.op_type == "Unfold"))
     twin.name, twin.output[0] = "unfold_twin", "patches_twin"
     model.graph.node.append(twin)
-    model.graph.output.append(value_info("patches_twin", TensorProto.FLOAT, [2, 27, 30]))
+    model.graph.output.append(models.value_info("patches_twin", TensorProto.FLOAT, [2, 27, 30]))
     with_functions = dml_onnx.with_functions(model)
     assert sum(f.name == "Unfold" for f in with_functions.functions) == 1
-    outputs = plain_outputs(with_functions)
-    np.testing.assert_array_equal(
-        outputs[-1], dml_onnx.InferenceSession(model).run(["patches_twin"], feeds_for(model))[0])
+    outputs = models.plain_outputs(with_functions)
+    twin = dml_onnx.InferenceSession(model).run(["patches_twin"], models.feeds_for(model))[0]
+    np.testing.assert_array_equal(outputs[-1], twin)
 
 
 # ----------------------------------------------------------------------------- CLI
 
 def test_cli_raise_then_lower(tmp_path, cli):
     source, raised, lowered = (tmp_path / f"{n}.onnx" for n in ("source", "raised", "lowered"))
-    onnx.save(standard_model(roi_align={"mode": "max"}), source)
+    onnx.save(models.standard_model(roi_align={"mode": "max"}), source)
     result = cli("raise", str(source), str(raised))
     assert result.returncode == 0, result.stderr
     assert "raised lp" in result.stdout and "kept align: mode 'max'" in result.stdout
@@ -118,13 +111,13 @@ def test_cli_raise_then_lower(tmp_path, cli):
     result = cli("lower", str(raised), str(lowered), "--decompose")
     assert result.returncode == 0, result.stderr
     model = onnx.load(lowered)
-    assert not {"LpPool", "MaxRoiPool", "Col2Im"} & set(op_types(model))
-    assert_same(plain_outputs(model), plain_outputs(onnx.load(source)))
+    assert not {"LpPool", "MaxRoiPool", "Col2Im"} & set(models.op_types(model))
+    models.assert_same(models.plain_outputs(model), models.plain_outputs(onnx.load(source)))
 
 
 def test_cli_check_of_a_standard_model_lists_what_raise_would_convert(tmp_path, cli):
     source = tmp_path / "standard.onnx"
-    onnx.save(standard_model(roi_align={"mode": "max"}), source)
+    onnx.save(models.standard_model(roi_align={"mode": "max"}), source)
     result = cli("check", str(source))
     assert result.returncode == 0, result.stderr
     assert "0 problem(s)" in result.stdout

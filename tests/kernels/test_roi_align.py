@@ -306,6 +306,19 @@ def test_dx_is_the_adjoint_of_the_forward(attrs):
     np.testing.assert_array_equal(dX, dX2)
 
 
+def central_differences(function, values: np.ndarray, g: np.ndarray,
+                        eps: float = 1e-6) -> np.ndarray:
+    """The gradient of ``vdot(function(values), g)`` in ``values``, one central difference
+    per entry."""
+    numeric = np.zeros_like(values)
+    for index in np.ndindex(values.shape):
+        up, down = values.copy(), values.copy()
+        up[index] += eps
+        down[index] -= eps
+        numeric[index] = np.vdot(function(up) - function(down), g) / (2 * eps)
+    return numeric
+
+
 @pytest.mark.parametrize("interpolation", ["linear", "nearest_neighbor"])
 def test_max_dx_matches_finite_differences(interpolation):
     rng, X, rois, batch = random_case(22, n=1, c=2, h=5, w=6, regions=4)
@@ -313,14 +326,8 @@ def test_max_dx_matches_finite_differences(interpolation):
                  minimum_samples_per_output=2, maximum_samples_per_output=2)
     g = rng.standard_normal((4, 2, 2, 3))
     dX, _ = backward(X, g, rois, batch, drois=False, **attrs)
-    eps = 1e-6
-    numeric = np.zeros_like(X)
-    for index in np.ndindex(X.shape):
-        up, down = X.copy(), X.copy()
-        up[index] += eps
-        down[index] -= eps
-        numeric[index] = np.vdot(forward(up, rois, batch, (2, 3), **attrs)
-                                 - forward(down, rois, batch, (2, 3), **attrs), g) / (2 * eps)
+    numeric = central_differences(lambda image: forward(image, rois, batch, (2, 3), **attrs),
+                                  X, g)
     np.testing.assert_allclose(dX, numeric, rtol=1e-6, atol=1e-7)
     assert np.abs(dX).max() > 0.1
 
@@ -356,14 +363,8 @@ def test_drois_matches_finite_differences(attrs):
     batch = rng.integers(0, 2, 5)
     g = rng.standard_normal((5, 2, 3, 2))
     _, drois = backward(X, g, rois, batch, dx=False, exact_roi_gradient=True, **attrs)
-    eps = 1e-6
-    numeric = np.zeros_like(rois)
-    for index in np.ndindex(rois.shape):
-        up, down = rois.copy(), rois.copy()
-        up[index] += eps
-        down[index] -= eps
-        numeric[index] = np.vdot(forward(X, up, batch, (3, 2), **attrs)
-                                 - forward(X, down, batch, (3, 2), **attrs), g) / (2 * eps)
+    numeric = central_differences(lambda boxes: forward(X, boxes, batch, (3, 2), **attrs),
+                                  rois, g)
     assert np.abs(drois - numeric).max() <= 1e-6 * np.abs(numeric).max()
     assert np.abs(numeric).max() > 0.1
 

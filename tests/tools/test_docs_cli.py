@@ -45,7 +45,7 @@ def test_readme_python_examples_run_as_written_in_fresh_processes():
             assert " ".join(comment.split()) in printed, f"README example {k + 1}"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -60,11 +60,11 @@ def _console_script() -> Path:
     return found[0]
 
 
-def test_console_script_and_module_are_the_same_command():
+def test_console_script_and_module_are_the_same_command(cli):
     (entry,) = metadata.entry_points(group="console_scripts", name="dml-onnx")
     assert entry.value == "dml_onnx.cli:main"
-    by_script = _cli(str(_console_script()), "operators")
-    by_module = _cli(sys.executable, "-m", "dml_onnx", "operators")
+    by_script = _run(str(_console_script()), "operators")
+    by_module = cli("operators")
     assert by_script.returncode == by_module.returncode == 0
     assert by_script.stdout == by_module.stdout == docs.operator_reference() + "\n"
 
@@ -111,8 +111,8 @@ def test_conformance_suite_covers_every_operator_with_expanded_twins():
         assert {o.domain for o in model.opset_import} <= {"", dml_onnx.DOMAIN}
 
 
-def test_conformance_run_passes_on_the_committed_suite():
-    result = _cli(sys.executable, "-m", "dml_onnx", "conformance", "run", "models", "--quiet")
+def test_conformance_run_passes_on_the_committed_suite(cli):
+    result = cli("conformance", "run", "models", "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     count = len(list((ROOT / "models").glob("test_*")))
     assert f"conformance: {count} passed, 0 failed" in result.stdout
@@ -120,7 +120,8 @@ def test_conformance_run_passes_on_the_committed_suite():
         assert f"| {definition.name} |" in result.stdout
 
 
-def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tmp_path):
+def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tmp_path,
+                                                                            python_child):
     """``--help`` imports none of onnxruntime-extensions, torch, numpy and onnx (``import
     dml_onnx`` loads nothing); ``conformance run`` imports the extension (its sessions need
     it) with torch hidden, and torch imports normally after."""
@@ -138,13 +139,13 @@ def test_the_cli_imports_neither_torch_nor_the_extension_before_it_needs_them(tm
         "if importlib.util.find_spec('torch'):\n"
         "    import torch\n"
         "    assert torch.ones(2).sum().item() == 2\n")
-    done = _cli(sys.executable, "-c", code)
+    done = python_child(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "[]"
     assert done.stdout.splitlines()[-1] == "['onnxruntime_extensions', 'numpy', 'onnx']"
 
 
-def test_every_name_of_the_package_loads_on_first_use():
+def test_every_name_of_the_package_loads_on_first_use(python_child):
     code = ("import sys, dml_onnx\n"
             "assert [m for m in sys.modules if m.startswith(('numpy', 'onnx', 'custom_ops'))]"
             " == []\n"
@@ -154,13 +155,13 @@ def test_every_name_of_the_package_loads_on_first_use():
             "exec('from dml_onnx import *', namespace)\n"
             "assert all(namespace[n] is getattr(dml_onnx, n) for n in names)\n"
             "print(len(names))\n")
-    done = _cli(sys.executable, "-c", code)
+    done = python_child(code)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == 28 + len(dml_onnx.OPERATORS)
     assert not hasattr(dml_onnx, "no_such_name")
 
 
-def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
+def test_conformance_run_reports_a_wrong_stored_output(tmp_path, cli):
     for name in ("test_unfold_seed_1", "test_unfold_seed_1_expanded"):
         shutil.copytree(ROOT / "models" / name, tmp_path / name)
     victim = tmp_path / "test_unfold_seed_1_expanded" / "test_data_set_0" / "output_0.pb"
@@ -168,7 +169,7 @@ def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
     array = onnx.numpy_helper.to_array(tensor).copy()
     array.flat[0] = array.flat[0] + 1
     onnx.save_tensor(onnx.numpy_helper.from_array(array, tensor.name), victim)
-    result = _cli(sys.executable, "-m", "dml_onnx", "conformance", "run", str(tmp_path))
+    result = cli("conformance", "run", str(tmp_path))
     assert result.returncode == 1
     assert "1 passed, 1 failed" in result.stdout
     assert "test_unfold_seed_1_expanded: Y differs in 1 of" in result.stdout
@@ -176,6 +177,6 @@ def test_conformance_run_reports_a_wrong_stored_output(tmp_path):
 
 
 @pytest.mark.parametrize("args", [("conformance", "run", "no_such_folder"), ("bogus",)])
-def test_cli_rejects_bad_use(args):
-    result = _cli(sys.executable, "-m", "dml_onnx", *args)
+def test_cli_rejects_bad_use(args, cli):
+    result = cli(*args)
     assert result.returncode == 2
