@@ -46,11 +46,17 @@ def main() -> None:
             continue
         copies = [np.empty_like(a) for a in arrays]
         read = best_ms(lambda: [a.max() for a in arrays])  # noqa: B023 - called at once
-        copy = best_ms(lambda: [np.copyto(c, a) for c, a in zip(copies, arrays)])  # noqa: B023
+
+        def copy_all() -> None:
+            for c, a in zip(copies, arrays):  # noqa: B023 - called at once
+                np.copyto(c, a)
+        copy = best_ms(copy_all)
         session = dml_onnx.InferenceSession(row.model(), harness.session_options(threads))
         feeds = row.feeds()
         ours = best_ms(lambda: session.run(None, feeds))  # noqa: B023
-        peer = best_ms(onnxruntime_peer(row, *row.onnxruntime).make(threads))
+        peer_run = onnxruntime_peer(row, *row.onnxruntime).make(threads)
+        assert peer_run is not None  # an onnxruntime peer always runs
+        peer = best_ms(peer_run)
         rate = [size / t / 1e6 for t in (read, ours, peer)]
         print(f"| {row.name} | {size / 1e6:.1f} | {read:.2f} | {copy:.2f} | {ours:.2f} | "
               f"{peer:.2f} | {rate[0]:.1f} | {rate[1]:.1f} | {rate[2]:.1f} | "

@@ -38,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -99,10 +100,24 @@ def onnx_bytes(model, image, dynamo: bool = False) -> bytes:
         warnings.simplefilter("ignore")
         if dynamo:
             program = torch.onnx.export(model, ([image],), dynamo=True, opset_version=18)
-            program.save(buffer)
+            assert program is not None  # dynamo=True returns the program
+            # torch declares a path; a file object works where the weights are inside
+            program.save(buffer)  # type: ignore[arg-type]
         else:
-            torch.onnx.export(model, ([image],), buffer, dynamo=False, opset_version=18)
+            # torch declares f a path, yet the TorchScript exporter writes to a file object
+            torch.onnx.export(model, ([image],), buffer,  # type: ignore[arg-type]
+                              dynamo=False, opset_version=18)
     return buffer.getvalue()
+
+
+class _Session(Protocol):
+    """What the measurements call of a session: onnxruntime's or dml_onnx's."""
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any]) -> list[Any]:
+        ...
+
+    def end_profiling(self) -> str:
+        ...
 
 
 def _options(cores: int, profile: str = "") -> ort.SessionOptions:
@@ -124,7 +139,7 @@ def _median_ms(run: Callable[[], object], repeat: int) -> float:
     return 1000 * statistics.median(samples)
 
 
-def node_times(make: Callable[[ort.SessionOptions], object], feeds: dict, cores: int,
+def node_times(make: Callable[[ort.SessionOptions], _Session], feeds: dict, cores: int,
                runs: int, folder: str) -> dict[str, float]:
     """Milliseconds per run spent in each op type, from onnxruntime's profiler."""
     session = make(_options(cores, os.path.join(folder, "profile")))
@@ -176,7 +191,7 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
         return dml_onnx.InferenceSession(raised.model, options)
 
-    def side(make: Callable[[ort.SessionOptions], object]) -> tuple[list, float, dict]:
+    def side(make: Callable[[ort.SessionOptions], _Session]) -> tuple[list, float, dict]:
         session = make(_options(cores))
         outputs = session.run(None, feeds)
         whole = _median_ms(functools.partial(session.run, None, feeds), repeat)
@@ -193,7 +208,7 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     return result
 
 
-def cases(args: argparse.Namespace) -> list[tuple[str, bool, float]]:
+def cases(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
     chosen = []
     for model in DETECTORS:
         for exporter, dynamo in EXPORTERS.items():

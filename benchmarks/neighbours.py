@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, ValueInfoProto, helper
 
 import dml_onnx
 from dml_onnx.builders import IR_VERSION
@@ -33,8 +33,8 @@ def _inputs() -> dict[str, np.ndarray]:
             "batch": np.zeros(1000, np.int64)}
 
 
-def _models() -> tuple[bytes, object]:
-    def value(name: str, elem: int) -> object:
+def _models() -> tuple[bytes, ModelProto]:
+    def value(name: str, elem: int) -> ValueInfoProto:
         return helper.make_tensor_value_info(name, elem, None)
     inputs = [value("X", TensorProto.FLOAT), value("rois", TensorProto.FLOAT),
               value("batch", TensorProto.INT64)]

@@ -236,7 +236,9 @@ def rows(rng: np.random.Generator) -> list[Row]:
         inputs = tuple(a.astype(np.float16) if a is not None and a.dtype == np.float32 else a
                        for a in row.inputs)
         if row.op == "RoiPooling":  # batch ids and corners stay exact in float16
-            inputs = (inputs[0], np.round(row.inputs[1]).astype(np.float16))
+            rois = row.inputs[1]
+            assert rois is not None  # RoiPooling's second input
+            inputs = (inputs[0], np.round(rois).astype(np.float16))
         half_row = Row(f"{row.name.split(',')[0]} float16", row.op, inputs, row.attributes,
                        1.5, outputs=row.outputs)
         half_row.peers = [_float32_peer(half_row)]

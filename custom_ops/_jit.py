@@ -17,32 +17,43 @@ import signal
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, TypedDict, Unpack
 
 import numba
 from numba.core import event
 from numba.core.registry import cpu_target
 
-_OPTIONS = {"nogil": True, "error_model": "numpy"}
+
+class _Options(TypedDict, total=False):
+    """The options of ``numba.njit`` that the kernels' loops set."""
+
+    nogil: bool
+    error_model: Literal["python", "numpy"]
+    parallel: bool
+
+
+_OPTIONS: _Options = {"nogil": True, "error_model": "numpy"}
 _uncached: list[str] = []  # loops compiled without a cache (warned about once)
 
 
-def _compiler(**options: Any) -> Callable[[Callable], Any]:
+def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
     """``numba.njit`` with the on-disk cache where numba finds a place for it, and a cache
     that never fails a call: a damaged file is named in a warning, removed, and the loop
     compiled afresh (numba would raise "Ran out of input" or "Can't get attribute" in every
     process). Where numba has no writable place (a read-only install and no writable home:
     "no locator available"), the loops compile in each process, without a cache."""
+    settings: _Options = {**_OPTIONS, **options}
+
     def compile_(function: Callable) -> Any:
         try:
-            dispatcher = numba.njit(cache=True, **_OPTIONS, **options)(function)
+            dispatcher = numba.njit(cache=True, **settings)(function)
         except RuntimeError as error:  # no locator available
             if not _uncached:
                 warnings.warn(f"custom_ops: numba has no place for its cache ({error}); the "
                               "kernels' loops compile in every process", RuntimeWarning,
                               stacklevel=2)
             _uncached.append(function.__name__)
-            return numba.njit(cache=False, **_OPTIONS, **options)(function)
+            return numba.njit(cache=False, **settings)(function)
         _tolerate_damage(dispatcher)
         return dispatcher
     return compile_
@@ -54,7 +65,8 @@ def _tolerate_damage(dispatcher: Any) -> None:
     parts: where they differ, the cache is left as numba has it)."""
     cache = getattr(dispatcher, "_cache", None)
     load = getattr(cache, "load_overload", None)
-    if load is None or not hasattr(getattr(cache, "_cache_file", None), "_index_path"):
+    if (cache is None or load is None
+            or not hasattr(getattr(cache, "_cache_file", None), "_index_path")):
         return
 
     def load_overload(signature: Any, target_context: Any) -> Any:

@@ -155,7 +155,7 @@ def check_regions(op: str, node: str, image_shape: Sequence[int], dtype: np.dtyp
 
 
 def scaled_region_overflow(op: str, node: str, r: int, box: np.ndarray, sampling: Sampling,
-                           dtype: np.dtype) -> KernelError:
+                           dtype: np.dtype | type) -> KernelError:
     """The error for region ``r`` whose size along y or x, scaled in ``dtype``, is not finite."""
     return KernelError(op, node, f"rois[{r}]", box,
                        f"overflows {np.dtype(dtype).name} when scaled by spatial_scale_x "

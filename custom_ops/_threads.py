@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
+from typing import Literal, TypedDict
 
 import numpy as np
 
@@ -151,6 +152,18 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
         raise first[1]
 
 
+_ErrorKind = Literal["ignore", "warn", "raise", "call", "print", "log"]
+
+
+class _ErrorRules(TypedDict):
+    """What ``np.geterr()`` returns: how numpy treats each kind of floating-point error."""
+
+    divide: _ErrorKind
+    over: _ErrorKind
+    under: _ErrorKind
+    invalid: _ErrorKind
+
+
 _launch_lock = threading.Lock()
 _launch_pid: int | None = None  # the process that started numba's threads
 SPIN_COUNT = "10000"
@@ -197,7 +210,8 @@ def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
     with _launch_lock:
         # numba loads its threading layer in its first set_num_threads
         with short_openmp_spin() if _launch_pid is None else contextlib.nullcontext():
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            # numba's config sets NUMBA_NUM_THREADS at run time (reload_config), unseen by mypy
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
         if numba.threading_layer() == "workqueue":
             _workqueue = True
             return False
@@ -228,10 +242,10 @@ def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None
 
 
 def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
-               errors: dict[str, str] | None = None) -> tuple[int, BaseException] | None:
+               errors: _ErrorRules | None = None) -> tuple[int, BaseException] | None:
     """Tasks ``start::step`` in order (under ``np.errstate(**errors)`` when given); the index
     and error of the first that fails."""
-    with np.errstate(**(errors or {})):
+    with np.errstate() if errors is None else np.errstate(**errors):
         for index in range(start, len(tasks), step):
             try:
                 tasks[index]()

@@ -65,7 +65,7 @@ class _Plan(NamedTuple):
     geometry: WindowGeometry
     reading: tuple[range, ...]  # per axis, the taps that read X (the others read padding)
     loops: tuple[np.ndarray, ...]  # first and stop taps, strides, dilations, start, over 3 axes
-    planes: tuple[int, int, int]  # one plane [D0, D1, D2] with leading axes of size 1
+    planes: tuple[int, ...]  # one plane [D0, D1, D2] with leading axes of size 1
 
 
 @lru_cache(maxsize=256)

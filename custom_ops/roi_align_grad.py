@@ -164,14 +164,17 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
 
     if work:
         plan = Plan(OP, node, shape, boxes, indices, sampling, (oh, ow), dtype)
-        Xt = channels_last(X, dtype) if uses_x else None
+        Xt = None
+        if uses_x:
+            assert X is not None, "check_signature requires X for drois and the max reduction"
+            Xt = channels_last(X, dtype)
         _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dX,
                   drois if want_drois else drois[:0],
                   loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS), exact_roi_gradient)
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
-    if compute_dx:
+    if dX is not None:  # computed exactly when compute_dx
         dX = dX.astype(dY.dtype, copy=False)
     return dX, drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None
 

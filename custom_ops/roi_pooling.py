@@ -125,9 +125,9 @@ def _raise_first_error(node: str, rois: np.ndarray, ids: np.ndarray, scaled: np.
     coords = rois[:, 1:]
     overflow = f"times spatial_scale {spatial_scale} overflows {scaled.dtype.name}"
     for values, rule in ((coords, "is not finite"), (scaled, overflow)):
-        bad = np.argwhere(~np.isfinite(values))
-        if bad.size:
-            i, j = (int(k) for k in bad[0])
+        bad_at = np.argwhere(~np.isfinite(values))
+        if bad_at.size:
+            i, j = (int(k) for k in bad_at[0])
             raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]), rule)
 
 

@@ -73,7 +73,7 @@ class _Plan(NamedTuple):
     geometry: WindowGeometry
     extent: tuple[int, ...]  # of the padded input that the blocks read, per spatial axis
     padded: bool  # the blocks read padding
-    index: np.ndarray | None
+    gather: np.ndarray | None
 
 
 @lru_cache(maxsize=256)
@@ -88,7 +88,7 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype, window_sizes: tupl
     if plan.padded:
         check_memory(OP, node, "temporary padded X", (n, c, *plan.extent), dtype)
     if n * c * math.prod(g.window.sizes) * math.prod(g.blocks) <= SMALL:
-        plan = plan._replace(index=block_positions(shape, g))
+        plan = plan._replace(gather=block_positions(shape, g))
     return plan
 
 
@@ -141,9 +141,9 @@ def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int]
         window_attributes(OP, node, *attributes)  # attribute errors come first
         check_input(node, X, len(window_sizes))  # raises
     plan = _plan(node, X.shape, X.dtype, *attributes, memory_limit())
-    if plan.index is None:
+    if plan.gather is None:
         return _blocks(X, plan, fill=0)
     values = X.reshape(-1)
     if plan.padded:
         values = np.concatenate((values, np.zeros(1, X.dtype)))
-    return values.take(plan.index)
+    return values.take(plan.gather)

@@ -13,8 +13,39 @@ when onnxruntime-extensions is imported (:mod:`dml_onnx._declare`).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from dml_onnx._declare import declare_with_extension
+
+if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
+    from custom_ops import KernelError as KernelError
+    from custom_ops.limits import memory_limit as memory_limit
+    from custom_ops.limits import set_memory_limit as set_memory_limit
+    from custom_ops.limits import set_work_limit as set_work_limit
+    from custom_ops.limits import work_limit as work_limit
+    from dml_onnx.builders import IR_VERSION as IR_VERSION
+    from dml_onnx.builders import STANDARD_OPSET as STANDARD_OPSET
+    from dml_onnx.builders import make_model as make_model
+    from dml_onnx.check import check_model as check_model
+    from dml_onnx.check import model_problems as model_problems
+    from dml_onnx.definition import DOMAIN as DOMAIN
+    from dml_onnx.definition import OPSET_VERSION as OPSET_VERSION
+    from dml_onnx.form import NotEquivalent as NotEquivalent
+    from dml_onnx.ops import BUILDERS as BUILDERS
+    from dml_onnx.ops import OPERATORS as OPERATORS
+    from dml_onnx.ops import OPERATORS_BY_NAME as OPERATORS_BY_NAME
+    from dml_onnx.raising import NotRaisable as NotRaisable
+    from dml_onnx.raising import Raised as Raised
+    from dml_onnx.raising import raise_model as raise_model
+    from dml_onnx.reference import ReferenceEvaluator as ReferenceEvaluator
+    from dml_onnx.runtime import InferenceSession as InferenceSession
+    from dml_onnx.runtime import quiet_session_options as quiet_session_options
+    from dml_onnx.runtime import register_runtime_ops as register_runtime_ops
+    from dml_onnx.runtime import to_runtime_model as to_runtime_model
+    from dml_onnx.schemas import deregister_schemas as deregister_schemas
+    from dml_onnx.schemas import register_schemas as register_schemas
+    from dml_onnx.standard import lower_model as lower_model
+    from dml_onnx.standard import with_functions as with_functions
 
 __version__ = "0.1.0"
 
@@ -41,7 +72,7 @@ def _builders() -> dict:
     return importlib.import_module("dml_onnx.ops").BUILDERS
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:  # the builders are known only at run time
     if name in _MODULE_OF:
         value = getattr(importlib.import_module(_MODULE_OF[name]), name)
     elif name == "__all__":

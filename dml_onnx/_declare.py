@@ -20,7 +20,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 EXTENSION = "onnxruntime_extensions"
@@ -34,6 +34,8 @@ class _DeferredConverters(types.ModuleType):
     """Stands in for :data:`CONVERTERS` while the extension's package loads: the package's
     ``gen_processing_models`` and any attribute of ``onnxruntime_extensions.cvt`` load the real
     module on first use, so the user's own use of the extension is unchanged."""
+
+    gen_processing_models: Callable[..., Any]  # set by extension_import
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # the import system's questions (``__path__`` ...)
@@ -69,7 +71,8 @@ def extension_import() -> Iterator[None]:
             del sys.modules[CONVERTERS]  # a later import loads the real module
             package = sys.modules.get(EXTENSION)
             if package is not None and not hasattr(package, "cvt"):
-                package.cvt = deferred
+                # a module takes any attribute; mypy knows only ModuleType's own
+                package.cvt = deferred  # type: ignore[attr-defined]
 
 
 def declare_with_extension() -> None:

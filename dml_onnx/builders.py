@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dml_onnx.definition import DOMAIN, OPSET_VERSION, OpDefinition
+from dml_onnx.definition import DOMAIN, OPSET_VERSION, OpDefinition, Shape
 from dml_onnx.ops import BUILDERS
 
 IR_VERSION = 10
@@ -63,7 +63,9 @@ def single_node_model(definition: OpDefinition, inputs: tuple[np.ndarray | None,
     while output_names and not output_names[-1]:
         output_names.pop()
     node = definition.make_node(input_names, output_names, name=node_name, **attributes)
-    elem_types, graph_inputs, input_shapes = {}, [], []
+    elem_types: dict[str, int] = {}
+    graph_inputs: list[onnx.ValueInfoProto] = []
+    input_shapes: list[Shape] = []
     for parameter, array in zip(definition.inputs, inputs):
         if array is None:
             input_shapes.append(None)

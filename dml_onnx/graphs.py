@@ -56,6 +56,7 @@ def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.Model
         return model
     what, path = model_source(model)
     if path is None:
+        assert isinstance(model, (bytes, bytearray)), "model_source: no path for bytes alone"
         return parse_model(bytes(model), what, None)
     return _checked(what, lambda: _load_file(what, path))
 

@@ -46,8 +46,10 @@ class ReferenceEvaluator(_OnnxReferenceEvaluator):
     ignored.
     """
 
-    def __init__(self, proto: Any, *args: Any, new_ops: list[type[OpRun]] | None = None,
-                 **kwargs: Any):
+    def __init__(self, proto: Any, opsets: dict[str, int] | None = None,
+                 functions: list[Any] | None = None, verbose: int = 0,
+                 new_ops: list[type[OpRun]] | None = None, *args: Any, **kwargs: Any):
+        # onnx's parameters in onnx's order: any of them may come by position
         if isinstance(proto, (str, bytes, os.PathLike)):
             proto = load_model(proto)
         if isinstance(proto, onnx.ModelProto) and any(f.domain == DOMAIN
@@ -57,4 +59,5 @@ class ReferenceEvaluator(_OnnxReferenceEvaluator):
             del stripped.functions[:]
             stripped.functions.extend(f for f in proto.functions if f.domain != DOMAIN)
             proto = stripped
-        super().__init__(proto, *args, new_ops=[*OP_CLASSES, *(new_ops or [])], **kwargs)
+        super().__init__(proto, opsets, functions, verbose, [*OP_CLASSES, *(new_ops or [])],
+                         *args, **kwargs)

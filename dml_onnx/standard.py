@@ -48,6 +48,8 @@ def standard_nodes(definition: OpDefinition, node: onnx.NodeProto, types: dict[s
         input_types.append(types[name] if name else None)
     view = StandardNode(label, list(node.input), list(node.output), attributes, input_types,
                         opset, prefix, native=native)
+    if definition.standard_form is None:
+        raise NotEquivalent(f"{definition.name} '{label}': the operator has no standard form")
     definition.standard_form(view)
     for k, emitted in enumerate(view.nodes):
         emitted.name = f"{prefix}/{k}"

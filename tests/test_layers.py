@@ -389,3 +389,27 @@ def test_roi_align_grad_optional_inputs_and_outputs_are_checked_everywhere(X, dX
         onnx.shape_inference.infer_shapes(model, strict_mode=True)
     with pytest.raises(ValueError, match=re.escape(message)):
         dml_onnx.InferenceSession(model)
+
+
+def test_reference_evaluator_takes_onnx_arguments_by_position():
+    """``new_ops`` given by position (onnx's fifth parameter) joins the domain's operators; it
+    once reached onnx's evaluator twice ("got multiple values for argument 'new_ops'")."""
+    from onnx.reference.op_run import OpRun
+
+    class Twice(OpRun):
+        op_domain = "test.twice"
+
+        def _run(self, x):
+            return (2 * x,)
+
+    graph = helper.make_graph(
+        [helper.make_node("Twice", ["x"], ["t"], domain="test.twice"),
+         helper.make_node("Relu", ["t"], ["y"])], "twice",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("test.twice", 1)])
+    x = np.array([-1.0, 3.0], np.float32)
+    for evaluator in (dml_onnx.ReferenceEvaluator(model, None, None, 0, [Twice]),
+                      dml_onnx.ReferenceEvaluator(model, new_ops=[Twice])):
+        np.testing.assert_array_equal(evaluator.run(None, {"x": x})[0], [0.0, 6.0])

@@ -144,9 +144,10 @@ def _finding(point: str, provider: str, outcomes: list[dict[str, float] | str]) 
     errors = [o for o in outcomes if isinstance(o, str)]
     if errors:
         return Finding(point, provider, ERROR, len(outcomes), len(errors), math.inf, errors[0])
-    readings = list(outcomes[0])
-    matched = {r: sum(o[r] <= TOLERANCE for o in outcomes) for r in readings}
-    worst = {r: max(o[r] for o in outcomes) for r in readings}
+    measured = [o for o in outcomes if not isinstance(o, str)]  # all of them
+    readings = list(measured[0])
+    matched = {r: sum(o[r] <= TOLERANCE for o in measured) for r in readings}
+    worst = {r: max(o[r] for o in measured) for r in readings}
     full = [r for r in readings if matched[r] == len(outcomes)]
     if full:
         reading = SPEC if SPEC in full else full[0]

@@ -129,7 +129,11 @@ def example_case(definition: OpDefinition, example: Example) -> Case:
     model = with_functions(model_at(case_opset(model_at)))
     feeds = {p.name: a for p, a in zip(definition.inputs, example.inputs) if a is not None}
     names = [o.name for o in model.graph.output]
-    expected = list(example.expected) or ReferenceEvaluator(model).run(None, feeds)
+    expected: list[np.ndarray] = list(example.expected)
+    if not expected:
+        outputs = ReferenceEvaluator(model).run(None, feeds)
+        assert isinstance(outputs, list)  # a dict only for intermediate=True
+        expected = outputs
     return Case(f"test_{snake(definition.name)}_{example.name}", model, feeds,
                 dict(zip(names, expected)), Tolerance.for_outputs(expected))
 

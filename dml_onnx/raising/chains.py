@@ -94,7 +94,8 @@ def _lp_pool_chains(graph: onnx.GraphProto, constants: dict[str, Any]) -> list[_
         sign, absolute = sorted(readers[pooled], key=lambda i: graph.node[i].op_type != "Sign")
         relu = only_reader(graph.node[absolute].output[0], "Relu")
         product = None if relu is None else only_reader(graph.node[relu].output[0], "Mul")
-        if product is None or only_reader(graph.node[sign].output[0], "Mul") != product:
+        if relu is None or product is None \
+                or only_reader(graph.node[sign].output[0], "Mul") != product:
             continue
         scaled = only_reader(graph.node[product].output[0], "Mul")
         if scaled is None:
@@ -171,7 +172,7 @@ class _UnfoldMatcher:
         size = made_by(name, "Gather")
         shape = size and made_by(arg(size, 0), "Shape")
         index = size and self.ints(arg(size, 1))
-        if not (shape and index and len(index) == 1 and _attribute(size, "axis", 0) == 0
+        if not (size and shape and index and len(index) == 1 and _attribute(size, "axis", 0) == 0
                 and _attribute(shape, "start", 0) == 0
                 and _attribute(shape, "end", None) is None):
             return None
@@ -220,7 +221,7 @@ class _UnfoldMatcher:
             return None
         sub = made_by(arg(ranged, 1), "Sub")
         grown = sub and made_by(arg(sub, 0), "Add")
-        if not (grown and self.dimension_of(arg(grown, 0)) == (source, axis)
+        if not (sub and grown and self.dimension_of(arg(grown, 0)) == (source, axis)
                 and ints(arg(grown, 1)) == [padding]
                 and ints(arg(sub, 1)) == [dilation * (taps - 1)]):
             return None
@@ -234,14 +235,14 @@ class _UnfoldMatcher:
         if value is not None:
             n, c = self.static(source)[:2]
             zero = [0] if not _attribute(reshape, "allowzero", 0) else []
-            return None not in (n, c) and len(value) == 3 and value[0] in [n, *zero] \
+            return n is not None and c is not None and len(value) == 3 and value[0] in [n, *zero] \
                 and value[1:] == [c * taps, -1]
         concat = made_by(arg(reshape, 1), "Concat")
         if concat is None or len(concat.input) != 3 or ints(concat.input[2]) != [-1]:
             return False
         batch, channels = (made_by(n, "Unsqueeze") for n in concat.input[:2])
         scaled = channels and made_by(arg(channels, 0), "Mul")
-        return bool(batch and scaled and ints(arg(scaled, 1)) == [taps]
+        return bool(batch and channels and scaled and ints(arg(scaled, 1)) == [taps]
                     and ints(arg(batch, 1)) == ints(arg(channels, 1)) == [0]
                     and self.dimension_of(arg(batch, 0)) == (source, 0)
                     and self.dimension_of(arg(scaled, 0)) == (source, 1))
@@ -270,7 +271,8 @@ class _UnfoldMatcher:
         swap = None if columns is None else \
             only_reader(graph.node[columns].output[0], "Transpose")
         flat = None if swap is None else only_reader(graph.node[swap].output[0], "Reshape")
-        if flat is None or _attribute(graph.node[rows], "axis", 0) != 2 \
+        if rows is None or columns is None or swap is None or flat is None \
+                or _attribute(graph.node[rows], "axis", 0) != 2 \
                 or _attribute(graph.node[columns], "axis", 0) != 4 \
                 or _attribute(graph.node[swap], "perm", None) != [0, 1, 2, 4, 3, 5] \
                 or arg(graph.node[rows], 0) != pad.output[0]:

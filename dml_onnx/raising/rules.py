@@ -43,6 +43,13 @@ class _Node:
         if not condition:
             raise _Kept(reason)
 
+    def known_type(self, name: str, what: str) -> int:
+        """The element type of ``name``; the node stays where it is unknown."""
+        elem = self.types.get(name)
+        if elem is None:
+            raise _Kept(f"the element type of {what} is unknown")
+        return elem
+
     def constant(self, index: int, what: str) -> list[int]:
         """The values of an integer constant input (a float one makes the node invalid:
         onnxruntime refuses it, and so it stays)."""
@@ -81,8 +88,7 @@ def _max_roi_pool(node: _Node) -> _Raise:
     even: the raised node reads corners scaled and rounded as ``MaxRoiPool`` does (in float32
     for float16) with ``spatial_scale`` 1."""
     image, rois = node.proto.input
-    elem = node.types.get(rois)
-    node.require(elem is not None, "the element type of the ROIs is unknown")
+    elem = node.known_type(rois, "the ROIs")
     before = node.emitter("before")
     ctype = onnx.TensorProto.FLOAT if elem == onnx.TensorProto.FLOAT16 else elem
     ids, corners = before.op("Split", before.cast(rois, ctype) if ctype != elem else rois,
@@ -114,8 +120,7 @@ def _roi_align(node: _Node) -> _Raise:
     node.require(transform in ("half_pixel", "output_half_pixel"),
                  f"coordinate_transformation_mode {transform!r} is not an onnx mode")
     image, rois, batch = node.proto.input
-    elem = node.types.get(rois)
-    node.require(elem is not None, "the element type of the ROIs is unknown")
+    elem = node.known_type(rois, "the ROIs")
     ratio = node.get("sampling_ratio", 0)
     scale = node.get("spatial_scale", 1.0)
     output_size = [node.get("output_height", 1), node.get("output_width", 1)]

@@ -51,7 +51,7 @@ from dml_onnx.runtime.private_api import (
 _logger = logging.getLogger("dml_onnx")
 
 # ONNX element type -> (name in op types, PyOp type code, numpy dtype) of the types PyOps take.
-_PYOP_TYPES = {
+_PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
     TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float, np.float32),
     TensorProto.DOUBLE: ("double", PyCustomOpDef.dt_double, np.float64),
     TensorProto.INT8: ("int8", PyCustomOpDef.dt_int8, np.int8),
@@ -225,7 +225,11 @@ def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[An
     result: list[Any] = []
     for array, dtype, fetch in zip(call.run(inputs), variant.output_dtypes, call.fetches):
         if array is not None and fetch is not None:
-            _state.fetched[fetch[0]] = _convert(_contiguous(array, array.dtype), fetch[1])
+            fetched = _state.fetched
+            if fetched is None:
+                raise RuntimeError(f"output {fetch[0]!r} leaves the kernel only through "
+                                   "dml_onnx.InferenceSession.run")
+            fetched[fetch[0]] = _convert(_contiguous(array, array.dtype), fetch[1])
             array = None
         array = _EMPTY[dtype] if array is None else _contiguous(array, dtype)
         result += (array.shape, array)
@@ -234,7 +238,8 @@ def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[An
     return result
 
 
-_EMPTY = {np.dtype(t): np.zeros(0, t) for _, _, t in _PYOP_TYPES.values()}
+_EMPTY: dict[np.dtype, np.ndarray] = {np.dtype(t): np.zeros(0, t)
+                                      for _, _, t in _PYOP_TYPES.values()}
 
 
 @functools.lru_cache(maxsize=256)

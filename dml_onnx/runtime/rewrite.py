@@ -195,24 +195,24 @@ def _emit_node(plan: _NodePlan, prefix: str, mode: _Mode) -> list[onnx.NodeProto
     nodes.append(helper.make_node("Constant", [], [config_name], value=numpy_helper.from_array(
         np.frombuffer(json.dumps(plan.config, allow_nan=True).encode(), np.uint8))))
     kernel_outputs, guards = [], []
-    for k, planned in enumerate(plan.outputs):
+    for k, output in enumerate(plan.outputs):
         raw, shape = f"{prefix}_out_{k}", f"{prefix}_shape_{k}"
         kernel_outputs += [raw, shape] if guarded else [raw]
-        if not planned.name:
+        if not output.name:
             continue
-        target = planned.name
-        checked = f"{raw}_checked" if planned.node_type != planned.runtime_type else target
+        target = output.name
+        checked = f"{raw}_checked" if output.node_type != output.runtime_type else target
         if guarded:
             guards.append(helper.make_node(
                 "Reshape", [raw, shape], [checked],
-                name=f"{plan.definition.name} '{plan.label}' output {planned.parameter} (fails "
+                name=f"{plan.definition.name} '{plan.label}' output {output.parameter} (fails "
                      "when the kernel failed; the dml_onnx logger has the reason)"))
         elif checked == target:
             kernel_outputs[-1] = target
         else:
             checked = raw
         if checked != target:
-            guards.append(helper.make_node("Cast", [checked], [target], to=planned.node_type))
+            guards.append(helper.make_node("Cast", [checked], [target], to=output.node_type))
     variant = _variant_name(plan.definition, plan.runtime_types, guarded)
     nodes.append(helper.make_node(variant, [*kernel_inputs, config_name], kernel_outputs,
                                   name=plan.node_name or None, domain=RUNTIME_DOMAIN))

@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import onnx
@@ -31,12 +32,13 @@ from dml_onnx.graphs import (
     with_initializers,
 )
 
-_NUMPY_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
-                TensorProto.FLOAT16: np.float16, TensorProto.BOOL: np.bool_,
-                TensorProto.INT8: np.int8, TensorProto.INT16: np.int16,
-                TensorProto.INT32: np.int32, TensorProto.INT64: np.int64,
-                TensorProto.UINT8: np.uint8, TensorProto.UINT16: np.uint16,
-                TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64}
+_NUMPY_TYPES: dict[int, type[np.generic]] = {
+    TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
+    TensorProto.FLOAT16: np.float16, TensorProto.BOOL: np.bool_,
+    TensorProto.INT8: np.int8, TensorProto.INT16: np.int16,
+    TensorProto.INT32: np.int32, TensorProto.INT64: np.int64,
+    TensorProto.UINT8: np.uint8, TensorProto.UINT16: np.uint16,
+    TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64}
 """Element types whose values onnxruntime takes as a numpy array of this (little-endian) type."""
 
 _ONNX_TYPES = {numpy_type: onnx_type for onnx_type, numpy_type in _NUMPY_TYPES.items()}
@@ -57,15 +59,21 @@ def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
     if path is not None and onnx.serialization.registry.get_format_from_file_extension(
             path.suffix) not in (None, "protobuf"):
         return _stub_weights(load_model(model), {})  # a text format: nothing to split
-    with _FileData(path) if path is not None else memoryview(model) as data:
+    source: _FileData | memoryview
+    if path is not None:
+        source = _FileData(path)
+    else:
+        assert isinstance(model, (bytes, bytearray)), "model_source: no path for bytes alone"
+        source = memoryview(model)
+    with source as data:
         try:
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
-            whole = data.read(0, len(data)) if path is not None else bytes(data)
+            whole = data.read(0, len(data)) if isinstance(data, _FileData) else bytes(data)
             return _stub_weights(parse_model(whole, what, path), {})
         proto = parse_model(light, what, path)
         arrays = _take_values(proto.graph.initializer, spans, data)
-        if path is not None:
+        if isinstance(data, _FileData):
             data.check_unchanged()
         return _stub_weights(proto, arrays)
 
@@ -91,13 +99,14 @@ def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int
     arrays share one block, each at a 64-byte boundary: one large allocation (backed by huge
     pages where the system allows) fills about three times faster than thousands of small
     ones, whose pages fault one by one."""
-    taken = []
+    taken: list[tuple[TensorProto, type[np.generic], tuple[int, int]]] = []
     unique = len({t.name for t in initializers}) == len(initializers)
     for tensor, span in zip(initializers, spans, strict=True):
         numpy_type = _NUMPY_TYPES.get(tensor.data_type)
         fits = numpy_type is not None and span is not None and min(tensor.dims, default=0) >= 0 \
             and span[1] == math.prod(tensor.dims) * np.dtype(numpy_type).itemsize
         if _split_off(tensor, span, data, keep=not (unique and fits)):
+            assert numpy_type is not None and span is not None  # it fits
             taken.append((tensor, numpy_type, span))
     ends = np.cumsum([-(-size // _ALIGN) * _ALIGN for _, _, (_, size) in taken], dtype=np.int64)
     block = np.empty(int(ends[-1]) + _ALIGN if taken else 0, np.uint8)
@@ -161,7 +170,7 @@ def serialized_with_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray
         values = array.astype(array.dtype.newbyteorder("<"), copy=False)  # raw_data's order
         header = TensorProto(name=name, data_type=_ONNX_TYPES[array.dtype.type],
                              dims=array.shape).SerializeToString()
-        tensor = [header, _field(_RAW_DATA, values.nbytes), memoryview(values).cast("B")]
+        tensor = [header, _field(_RAW_DATA, values.nbytes), values.data.cast("B")]
         tensors += [_field(_INITIALIZER, sum(len(p) for p in tensor)), *tensor]
     if tensors:
         pieces += [_field(_GRAPH, sum(len(p) for p in tensors)), *tensors]
@@ -205,6 +214,11 @@ class _FileData:
     def __len__(self) -> int:
         return self._size
 
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> bytes: ...
+
     def __getitem__(self, index: int | slice) -> int | bytes:
         if isinstance(index, slice):
             return self.read(index.start, index.stop - index.start)
@@ -222,7 +236,8 @@ class _FileData:
 
     def read_into(self, target: bytearray | np.ndarray, start: int) -> None:
         """Fill ``target`` with the bytes at ``start``; ``OSError`` if the file ends before."""
-        view = memoryview(target).cast("B")
+        # numpy's stubs give ndarray the buffer protocol for Python >= 3.12 alone
+        view = memoryview(target).cast("B")  # type: ignore[arg-type]
         done = 0
         while done < len(view):
             count = os.preadv(self._fd, [view[done:]], start + done)

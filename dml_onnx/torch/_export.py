@@ -20,7 +20,7 @@ import io
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import onnx
 import torch
@@ -32,7 +32,8 @@ from dml_onnx.raising import raise_model
 from dml_onnx.schemas import register_schemas
 from dml_onnx.torch._ops import lp_pooling
 
-_CONSTANT_CODES = {"int": "i", "float": "f", "string": "s", "ints": "is"}
+_CONSTANT_CODES: dict[str, Literal["i", "f", "s", "is"]] = {
+    "int": "i", "float": "f", "string": "s", "ints": "is"}
 _ATTRIBUTE_SUFFIXES = {"int": "i", "float": "f", "string": "s", "ints": "i"}
 
 
@@ -275,12 +276,15 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
                                             opset_version=opset, input_names=input_names,
                                             output_names=output_names,
                                             custom_translation_table=table, verbose=False)
+            assert program is not None  # dynamo=True returns the program
             exported = program.model_proto
             _refuse_placeholders(exported)
         else:
             _register_symbolics()
             names, axes = _dynamic_axes(model, input_names, dynamic_shapes)
-            torch.onnx.export(model, arguments, buffer, kwargs=kwargs, opset_version=opset,
+            # torch declares f a path, yet the TorchScript exporter writes to a file object
+            torch.onnx.export(model, arguments, buffer,  # type: ignore[arg-type]
+                              kwargs=kwargs, opset_version=opset,
                               dynamo=False, input_names=names, output_names=output_names,
                               dynamic_axes=axes)
             exported = onnx.load_from_string(buffer.getvalue())

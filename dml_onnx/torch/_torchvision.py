@@ -144,7 +144,7 @@ class MultiScaleRoIAlign(nn.Module):
 
     scales: list[float] | None
 
-    def __init__(self, featmap_names: list[str], output_size: int | tuple[int] | list[int],
+    def __init__(self, featmap_names: list[str], output_size: int | tuple[int, ...] | list[int],
                  sampling_ratio: int, *, canonical_scale: int = 224, canonical_level: int = 4):
         super().__init__()
         if isinstance(output_size, int):
