@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
     from dml_onnx.check import model_problems as model_problems
     from dml_onnx.definition import DOMAIN as DOMAIN
     from dml_onnx.definition import OPSET_VERSION as OPSET_VERSION
+    from dml_onnx.definition import Example as Example
+    from dml_onnx.definition import OpDefinition as OpDefinition
     from dml_onnx.form import NotEquivalent as NotEquivalent
     from dml_onnx.ops import BUILDERS as BUILDERS
     from dml_onnx.ops import OPERATORS as OPERATORS
@@ -53,20 +55,24 @@ _EXPORTS = {
     "custom_ops": ("KernelError",),
     "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
-    "dml_onnx.check": ("check_model", "model_problems"),
-    "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION"),
+    "dml_onnx.check": ("model_problems",),
+    "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION", "Example", "OpDefinition"),
     "dml_onnx.form": ("NotEquivalent",),
     "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
     "dml_onnx.raising": ("NotRaisable", "Raised", "raise_model"),
     "dml_onnx.reference": ("ReferenceEvaluator",),
-    "dml_onnx.runtime": ("InferenceSession", "quiet_session_options", "register_runtime_ops",
-                         "to_runtime_model"),
-    "dml_onnx.schemas": ("deregister_schemas", "register_schemas"),
+    "dml_onnx.runtime": ("InferenceSession", "quiet_session_options", "to_runtime_model"),
+    "dml_onnx.schemas": ("register_schemas",),
     "dml_onnx.standard": ("lower_model", "with_functions"),
 }
 """Module -> the names it gives this package; the builders (``roi_pooling``, ``roi_align1``
 ...: one per operator of the table) come from ``dml_onnx.ops.BUILDERS``."""
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+_EARLIER_NAMES = {"check_model": "dml_onnx.check", "register_runtime_ops": "dml_onnx.runtime",
+                  "deregister_schemas": "dml_onnx.schemas"}
+"""Names still taken, outside ``__all__``: ``check_model`` is ``model_problems``; the binding
+registers its operators when it loads, and ``deregister_schemas`` is for tests."""
+_MODULE_OF = {**{name: module for module, names in _EXPORTS.items() for name in names},
+              **_EARLIER_NAMES}
 
 def _builders() -> dict:
     return importlib.import_module("dml_onnx.ops").BUILDERS
@@ -76,7 +82,7 @@ def __getattr__(name: str) -> Any:  # the builders are known only at run time
     if name in _MODULE_OF:
         value = getattr(importlib.import_module(_MODULE_OF[name]), name)
     elif name == "__all__":
-        value = [*_MODULE_OF, *_builders()]
+        value = [*(n for n in _MODULE_OF if n not in _EARLIER_NAMES), *_builders()]
     elif not name.startswith("__") and name in _builders():
         value = _builders()[name]
     else:

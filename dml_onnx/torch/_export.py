@@ -242,9 +242,9 @@ def _dynamic_axes(model: torch.nn.Module, input_names: Sequence[str] | None,
 
 def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None, *,
            kwargs: dict[str, Any] | None = None, dynamic_shapes: Any = None,
-           opset: int = 18, dynamo: bool = False, input_names: Sequence[str] | None = None,
-           output_names: Sequence[str] | None = None,
-           positive_rois: bool = False) -> onnx.ModelProto:
+           opset_version: int = 18, dynamo: bool = False,
+           input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
+           positive_rois: bool = False, opset: int | None = None) -> onnx.ModelProto:
     """``model`` on ``args`` as an ONNX model with ``dml_onnx`` nodes (saved to ``f`` when
     given), by torch's exporter and :func:`dml_onnx.raising.raise_model`.
 
@@ -255,12 +255,14 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
     become the exporter's ``dynamic_axes``).
     Every standard node that could not be raised, and every ``lp_pool`` that is not
     ``LpPooling``, stays as torch writes it, with a warning naming the reason.
-    ``positive_rois`` is :func:`raise_model`'s; ``input_names`` and ``output_names`` name
-    the graph's inputs and outputs.
+    ``positive_rois`` is :func:`raise_model`'s; ``opset_version``, ``input_names`` and
+    ``output_names`` are torch's (``opset``: the earlier name of ``opset_version``).
     """
+    if opset is not None:
+        opset_version = opset
     arguments = args if isinstance(args, tuple) else (args,)
     buffer = io.BytesIO()
-    with _torch_forms(opset), warnings.catch_warnings():
+    with _torch_forms(opset_version), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         if dynamo:
@@ -273,7 +275,7 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
             with _argmax_placeholder():
                 program = torch.onnx.export(model, arguments, kwargs=kwargs, dynamo=True,
                                             dynamic_shapes=dynamic_shapes,
-                                            opset_version=opset, input_names=input_names,
+                                            opset_version=opset_version, input_names=input_names,
                                             output_names=output_names,
                                             custom_translation_table=table, verbose=False)
             assert program is not None  # dynamo=True returns the program
@@ -284,7 +286,7 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
             names, axes = _dynamic_axes(model, input_names, dynamic_shapes)
             # torch declares f a path, yet the TorchScript exporter writes to a file object
             torch.onnx.export(model, arguments, buffer,  # type: ignore[arg-type]
-                              kwargs=kwargs, opset_version=opset,
+                              kwargs=kwargs, opset_version=opset_version,
                               dynamo=False, input_names=names, output_names=output_names,
                               dynamic_axes=axes)
             exported = onnx.load_from_string(buffer.getvalue())

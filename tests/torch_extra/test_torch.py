@@ -240,11 +240,14 @@ def test_export_needs_an_opset_with_the_standard_forms():
     import dml_onnx
     image, boxes, _, _ = _head_inputs()
     with pytest.raises(dml_onnx.NotRaisable, match="default opset >= 16"):
-        dt.export(_Align(), (image, boxes), opset=15)  # RoiAlign-10: no half_pixel mode
+        dt.export(_Align(), (image, boxes), opset_version=15)  # RoiAlign-10: no half_pixel mode
     # adaptive sampling: a RoiAlign1, then a Where that zeroes empty and inverted boxes (and
     # the regions with a sample on an image edge from RoiAlign itself, by ScatterND)
-    model = dt.export(_Align(), (image, boxes), opset=16)
+    model = dt.export(_Align(), (image, boxes), opset_version=16)
     op_types = [n.op_type for n in model.graph.node]
+    earlier_name = dt.export(_Align(), (image, boxes), opset=16)
+    assert [n.op_type for n in earlier_name.graph.node] == op_types
+    assert earlier_name.opset_import == model.opset_import
     assert not unraised_roi_aligns(model) and "RoiAlign1" in op_types
     assert "Where" in op_types and op_types[-1] == "ScatterND"
 
