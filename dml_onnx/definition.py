@@ -250,6 +250,20 @@ class OpDefinition:
         self.check_node(node)
         return node
 
+    def build(self, arguments: Mapping[str, Any]) -> NodeProto:
+        """:meth:`make_node` from the arguments of a builder (its ``locals()``), which names the
+        inputs, the outputs and the attributes as the definition does, and ``name``. An
+        optional input or output given as ``None`` (or ``""``) is omitted, trailing omitted
+        outputs left off."""
+        def names(parameters: tuple[Parameter, ...]) -> list[Any]:
+            given = [(arguments[p.name] or "") if p.optional else arguments[p.name]
+                     for p in parameters]
+            while given and parameters[len(given) - 1].optional and not given[-1]:
+                given.pop()
+            return given
+        return self.make_node(names(self.inputs), names(self.outputs), name=arguments["name"],
+                              **{a.name: arguments[a.name] for a in self.attributes})
+
     def check_node(self, node: NodeProto) -> dict[str, Any]:
         """Validate a node's attributes and which inputs and outputs it has; its attributes."""
         label = node_label(node)

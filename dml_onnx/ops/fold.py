@@ -142,6 +142,4 @@ def fold(X: str, Y: str, *, window_sizes: Sequence[int], output_size: Sequence[i
          start_padding: Sequence[int] | None = None, end_padding: Sequence[int] | None = None,
          name: str | None = None) -> NodeProto:
     """A ``Fold`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X], [Y], name=name, window_sizes=window_sizes, strides=strides,
-                                dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding, output_size=output_size)
+    return DEFINITION.build(locals())

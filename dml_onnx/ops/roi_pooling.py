@@ -184,5 +184,4 @@ DEFINITION = OpDefinition(
 def roi_pooling(X: str, rois: str, Y: str, *, pooled_size: Sequence[int],
                 spatial_scale: float | None = None, name: str | None = None) -> NodeProto:
     """A ``RoiPooling`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X, rois], [Y], name=name, pooled_size=pooled_size,
-                                spatial_scale=spatial_scale)
+    return DEFINITION.build(locals())
