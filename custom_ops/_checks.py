@@ -1,5 +1,6 @@
 """Errors and scalar checks of the kernels: :class:`KernelError`, the attribute and input checks,
-the compute type.
+the compute type, and :func:`takes_attributes`, which gives every kernel's ``prepare`` its
+attribute names.
 
 Plain numpy only. Every check raises :class:`KernelError` with the message shape the spec asks
 for: ``"<Op> '<node>': <field> <value> <rule>"``.
@@ -7,11 +8,15 @@ for: ``"<Op> '<node>': <field> <value> <rule>"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 UINT32_MAX = 4294967295
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class KernelError(ValueError, RuntimeError):
@@ -104,3 +109,40 @@ def check_float_input(op: str, node: str, name: str, array: np.ndarray) -> None:
     if array.dtype not in (np.float16, np.float32, np.float64):
         raise KernelError(op, node, f"{name} element type", array.dtype.name,
                           "is not float16, float32 or float64")
+
+
+def attribute_parameters(*functions: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    """The keyword-only parameters of ``functions`` other than ``node``, in order: the
+    attributes (and call options) of a kernel whose ``prepare`` is the first function and
+    forwards the rest of its keywords to the others (a shared check such as
+    ``custom_ops._roi_grid.check_sampling``)."""
+    parameters: dict[str, inspect.Parameter] = {}
+    for function in functions:
+        for name, parameter in inspect.signature(function).parameters.items():
+            if parameter.kind is parameter.KEYWORD_ONLY and name != "node":
+                parameters.setdefault(name, parameter)
+    return parameters
+
+
+def takes_attributes(op: str, *shared: Callable[..., Any]) -> Callable[[F], F]:
+    """Decorate a kernel's ``prepare(*, node, <attributes>, **rest)``: its keyword-only
+    parameters and those of the ``shared`` checks it forwards ``rest`` to are the operator's
+    attributes (:func:`attribute_parameters`, kept as ``prepare.attributes``). A name not among
+    them, or a required one missing, raises :class:`KernelError` before ``prepare`` runs."""
+    def decorate(prepare: F) -> F:
+        parameters = attribute_parameters(prepare, *shared)
+        required = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty]
+
+        @functools.wraps(prepare)
+        def checked(*, node: str = "", **attributes: Any) -> Any:
+            unknown = sorted(set(attributes) - set(parameters))
+            if unknown:
+                raise KernelError(op, node, "attribute", unknown[0],
+                                  f"is unknown (known: {', '.join(parameters)})")
+            for name in required:
+                if name not in attributes:
+                    raise KernelError(op, node, "attribute", name, "is required but missing")
+            return prepare(node=node, **attributes)
+        checked.attributes = parameters  # type: ignore[attr-defined]
+        return checked  # type: ignore[return-value]
+    return decorate

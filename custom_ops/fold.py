@@ -24,10 +24,11 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from custom_ops._checks import KernelError, check_ints, check_rank
+from custom_ops._checks import KernelError, check_ints, check_rank, takes_attributes
 from custom_ops._threads import LayoutMemo, bands, compiled, run_bands, run_parallel
 from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
 
@@ -53,14 +54,6 @@ def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...]
                            end_padding), output
 
 
-def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequence[int] = (),
-                     dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-                     end_padding: Sequence[int] = (), output_size: Sequence[int]) -> None:
-    """Check the attribute-only rules, including a block count below 1 over ``output_size``."""
-    _geometry(node, *map(as_key, (window_sizes, strides, dilations, start_padding,
-                                   end_padding, output_size)))
-
-
 def check_input(node: str, X: np.ndarray, window: Sequence[int], blocks: Sequence[int],
                 output_size: Sequence[int]) -> None:
     """Check ``X``: rank 3, a numeric element type, and ``[N, C * prod(window), prod(blocks)]``
@@ -80,25 +73,23 @@ def check_input(node: str, X: np.ndarray, window: Sequence[int], blocks: Sequenc
                           f"is not the block count {count} of output_size {list(output_size)}")
 
 
+@takes_attributes(OP)
 def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[int] = (),
             dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
             end_padding: Sequence[int] = (), output_size: Sequence[int]
             ) -> Callable[[np.ndarray], np.ndarray]:
-    """:func:`fold` for one node, its attributes checked once: ``run(X) -> Y``."""
+    """:func:`fold` for one node, its attributes checked once (including a block count below
+    1 over ``output_size``): ``run(X) -> Y``."""
     geometry, output = _geometry(node, *map(as_key, (window_sizes, strides, dilations,
                                                      start_padding, end_padding, output_size)))
     tables = functools.cache(lambda: _loop_tables(geometry, output))  # for the first data
     return functools.partial(_run, node, geometry, output, tables, LayoutMemo())
 
 
-def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
-         dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-         end_padding: Sequence[int] = (), output_size: Sequence[int], node: str = ""
-         ) -> np.ndarray:
-    """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
-    return prepare(node=node, window_sizes=window_sizes, strides=strides, dilations=dilations,
-                   start_padding=start_padding, end_padding=end_padding,
-                   output_size=output_size)(X)
+def fold(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
+    """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type
+    (attributes: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X)
 
 
 def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],

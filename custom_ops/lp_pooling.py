@@ -16,14 +16,21 @@ overflows or loses precision.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from custom_ops._checks import check_float_input, check_int, check_rank, compute_dtype
+from custom_ops._checks import (
+    check_float_input,
+    check_int,
+    check_rank,
+    compute_dtype,
+    takes_attributes,
+)
 from custom_ops._threads import bands, compiled, run_bands
 from custom_ops._window import (
     WindowGeometry,
@@ -38,24 +45,16 @@ from custom_ops.limits import check_memory, check_work, memory_limit, work_limit
 OP = "LpPooling"
 
 
-def check_attributes(*, node: str, window_size: Sequence[int], strides: Sequence[int],
-                     start_padding: Sequence[int], end_padding: Sequence[int],
-                     dilations: Sequence[int], p: int) -> None:
-    check_window_attributes(OP, node, window=("window_size", window_size), strides=strides,
-                            dilations=dilations, start_padding=start_padding,
-                            end_padding=end_padding, spatial_dims=(1, 2, 3))
-    check_int(OP, node, "p", p, minimum=1)
-
-
 @lru_cache(maxsize=256)
 def _attributes(node: str, window_size: tuple[int, ...], strides: tuple[int, ...],
                 start_padding: tuple[int, ...], end_padding: tuple[int, ...],
                 dilations: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
     """Checked (cached; invalid ones raise every time): window, strides, dilations, start,
     end, with defaults filled in."""
-    check_attributes(node=node, window_size=window_size, strides=strides,
-                     start_padding=start_padding, end_padding=end_padding, dilations=dilations,
-                     p=p)
+    check_window_attributes(OP, node, window=("window_size", window_size), strides=strides,
+                            dilations=dilations, start_padding=start_padding,
+                            end_padding=end_padding, spatial_dims=(1, 2, 3))
+    check_int(OP, node, "p", p, minimum=1)
     k = len(window_size)
     return (tuple(int(v) for v in window_size), filled(strides, k, 1), filled(dilations, k, 1),
             filled(start_padding, k, 0), filled(end_padding, k, 0))
@@ -96,12 +95,24 @@ def _plan(node: str, shape: tuple[int, ...], dtype: np.dtype,
     return _Plan(g, reading, loops, plane)
 
 
-def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
-               start_padding: Sequence[int], end_padding: Sequence[int],
-               dilations: Sequence[int], p: int, node: str = "") -> np.ndarray:
-    """Lp-norm pooling of ``X [N, C, D1..Dk]``; empty list attributes mean their default."""
+@takes_attributes(OP)
+def prepare(*, node: str = "", window_size: Sequence[int], strides: Sequence[int],
+            start_padding: Sequence[int], end_padding: Sequence[int],
+            dilations: Sequence[int], p: int) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`lp_pooling` for one node, its attributes checked once: ``run(X) -> Y``; empty
+    list attributes mean their default."""
     attributes = _attributes(node, as_key(window_size), as_key(strides), as_key(start_padding),
                              as_key(end_padding), as_key(dilations), int(p))
+    return functools.partial(_run, node, attributes, int(p))
+
+
+def lp_pooling(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
+    """Lp-norm pooling of ``X [N, C, D1..Dk]`` (attributes: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X)
+
+
+def _run(node: str, attributes: tuple[tuple[int, ...], ...], p: int, X: np.ndarray
+         ) -> np.ndarray:
     X = np.asarray(X)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (len(attributes[0]) + 2,))
@@ -111,7 +122,7 @@ def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[i
         Y.fill(0)
     elif Y.size:
         with np.errstate(over="ignore", under="ignore"):
-            _pool(X, Y, plan, int(p))
+            _pool(X, Y, plan, p)
     return Y
 
 

@@ -23,8 +23,8 @@ threads, over a channels-last copy of X where the samples read at least as many 
 holds, else over X where it lies (float16 converted in parallel), every channel at a
 plane's stride (a detector's finest FPN level with few regions: no copy of the map); a call
 on a small image plans and runs in one compiled call. :func:`prepare` checks a node's
-attributes once. Limits: ``SAMPLE_LIMIT`` samples per region and axis, and the work limit on
-``samples x channels``.
+attributes once; :func:`roi_align1` is the one-shot call. Limits: ``SAMPLE_LIMIT`` samples
+per region and axis, and the work limit on ``samples x channels``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._checks import check_float_input, check_ints, check_rank, compute_dtype
+from custom_ops._checks import (
+    check_float_input,
+    check_ints,
+    check_rank,
+    compute_dtype,
+    takes_attributes,
+)
 from custom_ops._roi_grid import (
     SAMPLE_LIMIT,
     Plan,
@@ -64,45 +70,25 @@ small calls; larger ones choose their layout by the work (:func:`_run`)."""
 FLOAT_TYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
-def _check_all(node: str, output_size: Sequence[int], out_of_bounds_input_value: float,
-               **sampling) -> tuple[tuple[int, int], Sampling, float]:
-    size = check_ints(OP, node, "output_size", output_size, minimum=1, length=2)
-    params = check_sampling(OP, node, **sampling)
+@takes_attributes(OP, check_sampling)
+def prepare(*, node: str = "", output_size: Sequence[int], out_of_bounds_input_value: float,
+            **shared: Any) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """:func:`roi_align1` for one node, its attributes checked once: ``run(X, rois,
+    batch_indices) -> Y``. The sampling attributes are those of
+    :func:`~custom_ops._roi_grid.check_sampling`."""
+    oh, ow = check_ints(OP, node, "output_size", output_size, minimum=1, length=2)
+    sampling = check_sampling(OP, node, **shared)
     # Any float is allowed, infinities and NaN included (-inf keeps such samples out of a max).
-    return (size[0], size[1]), params, float(out_of_bounds_input_value)
-
-
-def check_attributes(*, node: str, **attributes: Any) -> None:
-    """Raise :class:`~custom_ops.KernelError` for a bad attribute of
-    :func:`roi_align1`."""
-    _check_all(node, **attributes)
-
-
-def prepare(*, node: str = "", **attributes: Any
-            ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    """:func:`roi_align1` for one node, its attributes (keywords of :func:`roi_align1`)
-    checked once: ``run(X, rois, batch_indices) -> Y``."""
-    size, sampling, out_of_bounds = _check_all(node, **attributes)
+    out_of_bounds = float(out_of_bounds_input_value)
     settings = {t: loop_settings(sampling, t, out_of_bounds) for t in FLOAT_TYPES}
-    return functools.partial(_run, node, size, sampling, settings, LayoutMemo())
+    return functools.partial(_run, node, (oh, ow), sampling, settings, LayoutMemo())
 
 
-def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
-               output_size: Sequence[int], reduction_function: str, interpolation_mode: str,
-               spatial_scale_x: float, spatial_scale_y: float, input_pixel_offset: float,
-               output_pixel_offset: float, out_of_bounds_input_value: float,
-               minimum_samples_per_output: int, maximum_samples_per_output: int,
-               align_regions_to_corners: int, node: str = "") -> np.ndarray:
-    """Crop ``R`` regions of ``X [N, C, H, W]`` and resample each to ``[C, OH, OW]``."""
-    return prepare(
-        node=node, output_size=output_size, reduction_function=reduction_function,
-        interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
-        spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
-        output_pixel_offset=output_pixel_offset,
-        out_of_bounds_input_value=out_of_bounds_input_value,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)(X, rois, batch_indices)
+def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *, node: str = "",
+               **attributes: Any) -> np.ndarray:
+    """Crop ``R`` regions of ``X [N, C, H, W]`` and resample each to ``[C, OH, OW]``
+    (attributes: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X, rois, batch_indices)
 
 
 def _check_inputs(node: str, X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray

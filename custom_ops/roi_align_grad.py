@@ -32,11 +32,19 @@ count) and copying its rows to ``dX`` channels-first at the end.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from custom_ops._checks import KernelError, check_float_input, check_ints, check_rank, compute_dtype
+from custom_ops._checks import (
+    KernelError,
+    check_float_input,
+    check_ints,
+    check_rank,
+    compute_dtype,
+    takes_attributes,
+)
 from custom_ops._roi_grid import (
     Plan,
     Sampling,
@@ -53,27 +61,30 @@ OP = "RoiAlignGrad"
 OUT_OF_BOUNDS = 0.0  # what out-of-bounds samples read when looking for the maximum
 
 
-def _check_all(node: str, input_shape: Sequence[int] | None,
-               **sampling) -> tuple[Sampling, tuple[int, ...]]:
-    params = check_sampling(OP, node, **sampling)
+@takes_attributes(OP, check_sampling)
+def prepare(*, node: str = "", input_shape: Sequence[int] | None, compute_dx: bool,
+            compute_drois: bool, exact_roi_gradient: bool = False, **shared: Any
+            ) -> Callable[[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray],
+                          tuple[np.ndarray | None, np.ndarray | None]]:
+    """:func:`roi_align_grad` for one node, its attributes checked once: ``run(X, dY, rois,
+    batch_indices) -> (dX, drois)``. The sampling attributes are those of
+    :func:`~custom_ops._roi_grid.check_sampling`; ``compute_dx`` and ``compute_drois`` name
+    the requested outputs; ``exact_roi_gradient`` asks for the exact derivative as ``drois``
+    (what training needs; ``dml_onnx.torch`` autograd) instead of DirectML's."""
+    sampling = check_sampling(OP, node, **shared)
     shape = tuple(input_shape or ())  # absent: [] (or None)
     if shape:
         shape = check_ints(OP, node, "input_shape", shape, minimum=0, length=4)
-    return params, shape
+    return functools.partial(_run, node, sampling, shape, compute_dx, compute_drois,
+                             exact_roi_gradient)
 
 
-def check_attributes(*, node: str, reduction_function: str, interpolation_mode: str,
-                     spatial_scale_x: float, spatial_scale_y: float, input_pixel_offset: float,
-                     output_pixel_offset: float, minimum_samples_per_output: int,
-                     maximum_samples_per_output: int, align_regions_to_corners: int,
-                     input_shape: Sequence[int] | None) -> None:
-    _check_all(node, input_shape, reduction_function=reduction_function,
-               interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
-               spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
-               output_pixel_offset=output_pixel_offset,
-               minimum_samples_per_output=minimum_samples_per_output,
-               maximum_samples_per_output=maximum_samples_per_output,
-               align_regions_to_corners=align_regions_to_corners)
+def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
+                   batch_indices: np.ndarray, *, node: str = "", **attributes: Any
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY``; ``None`` for the output
+    that is not requested (attributes and options: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X, dY, rois, batch_indices)
 
 
 def check_signature(*, node: str, x_given: bool, compute_dx: bool, compute_drois: bool,
@@ -123,28 +134,13 @@ def check_gradient_shape(node: str, dY: np.ndarray, regions: int, channels: int)
                           "has no output height or width")
 
 
-def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
-                   batch_indices: np.ndarray, *, reduction_function: str,
-                   interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
-                   input_pixel_offset: float, output_pixel_offset: float,
-                   minimum_samples_per_output: int, maximum_samples_per_output: int,
-                   align_regions_to_corners: int, input_shape: Sequence[int] | None,
-                   compute_dx: bool, compute_drois: bool, exact_roi_gradient: bool = False,
-                   node: str = "") -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY``; ``None`` for the output
-    that is not requested. ``drois`` is DirectML's, or with ``exact_roi_gradient`` the exact
-    derivative (what training needs; ``dml_onnx.torch`` autograd)."""
-    sampling, given_shape = _check_all(
-        node, input_shape, reduction_function=reduction_function,
-        interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
-        spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
-        output_pixel_offset=output_pixel_offset,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)
+def _run(node: str, sampling: Sampling, given_shape: tuple[int, ...], compute_dx: bool,
+         compute_drois: bool, exact_roi_gradient: bool, X: np.ndarray | None, dY: np.ndarray,
+         rois: np.ndarray, batch_indices: np.ndarray
+         ) -> tuple[np.ndarray | None, np.ndarray | None]:
     check_signature(node=node, x_given=X is not None, compute_dx=compute_dx,
-                    compute_drois=compute_drois, reduction_function=reduction_function,
-                    input_shape=input_shape)
+                    compute_drois=compute_drois, reduction_function=sampling.reduction,
+                    input_shape=given_shape)
     uses_x = compute_drois or sampling.reduction != "average"
     dY, rois, batch_indices = np.asarray(dY), np.asarray(rois), np.asarray(batch_indices)
     X = None if X is None else np.asarray(X)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from custom_ops._checks import (
     check_rank,
     compute_dtype,
     lowest,
+    takes_attributes,
 )
 from custom_ops._threads import (
     LayoutMemo,
@@ -58,7 +60,7 @@ OP = "RoiPooling"
 _CORNERS = ("x1", "y1", "x2", "y2")
 
 
-def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: float) -> None:
+def _check_attributes(node: str, pooled_size: Sequence[int], spatial_scale: float) -> None:
     """Attribute-only rules: ``pooled_size`` two values >= 1, ``spatial_scale`` finite."""
     if pooled_size is None or isinstance(pooled_size, (str, bytes)):
         raise KernelError(OP, node, "pooled_size", pooled_size, "must be two integers [PH, PW]")
@@ -75,7 +77,7 @@ def check_attributes(*, node: str, pooled_size: Sequence[int], spatial_scale: fl
 @lru_cache(maxsize=256)
 def _attributes(node: str, pooled_size: tuple, spatial_scale: float) -> tuple[int, int]:
     """Checked ``(PH, PW)`` (cached; invalid attributes raise every time)."""
-    check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+    _check_attributes(node, pooled_size, spatial_scale)
     ph, pw = (int(v) for v in pooled_size)
     return ph, pw
 
@@ -131,19 +133,21 @@ def _raise_first_error(node: str, rois: np.ndarray, ids: np.ndarray, scaled: np.
             raise KernelError(OP, node, f"rois[{i}] {_CORNERS[j]}", _number(coords[i, j]), rule)
 
 
+@takes_attributes(OP)
 def prepare(*, node: str = "", pooled_size: Sequence[int], spatial_scale: float = 1.0
             ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """:func:`roi_pooling` for one node, its attributes checked once: ``run(X, rois) -> Y``."""
     if pooled_size is None or isinstance(pooled_size, (str, bytes)) or spatial_scale is None:
-        check_attributes(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)
+        _check_attributes(node, pooled_size, spatial_scale)
     pooled = _attributes(node, tuple(np.ravel(pooled_size).tolist()), float(spatial_scale))
     return functools.partial(_run, node, pooled, float(spatial_scale), LayoutMemo())
 
 
-def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
-                spatial_scale: float = 1.0, node: str = "") -> np.ndarray:
-    """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring)."""
-    return prepare(node=node, pooled_size=pooled_size, spatial_scale=spatial_scale)(X, rois)
+def roi_pooling(X: np.ndarray, rois: np.ndarray, *, node: str = "", **attributes: Any
+                ) -> np.ndarray:
+    """Y ``[R, C, PH, PW]``: the maximum of each ROI bin of ``X`` (see the module docstring;
+    attributes: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X, rois)
 
 
 def _check_layout(node: str, X: np.ndarray, rois: np.ndarray, pooled: tuple[int, int]) -> None:

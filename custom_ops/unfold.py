@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from custom_ops._checks import KernelError, check_rank
+from custom_ops._checks import KernelError, check_rank, takes_attributes
 from custom_ops._threads import bands, run_parallel
 from custom_ops._window import (
     WindowGeometry,
@@ -49,13 +49,6 @@ SMALL = 1 << 12
 UNFOLD_TYPES = tuple(np.dtype(t) for t in (
     np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, np.bool_))
-
-
-def check_attributes(*, node: str, window_sizes: Sequence[int], strides: Sequence[int] = (),
-                     dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-                     end_padding: Sequence[int] = ()) -> None:
-    """Check the attribute-only rules: k in 1..6, list lengths, value ranges."""
-    window_attributes(OP, node, window_sizes, strides, dilations, start_padding, end_padding)
 
 
 def check_input(node: str, X: np.ndarray, k: int) -> None:
@@ -129,17 +122,35 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
     return Y.reshape(n, c * math.prod(g.window.sizes), math.prod(g.blocks))
 
 
-def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
-           dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-           end_padding: Sequence[int] = (), node: str = "") -> np.ndarray:
-    """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``."""
+@takes_attributes(OP)
+def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[int] = (),
+            dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
+            end_padding: Sequence[int] = ()) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`unfold` for one node, its attributes checked once (k in 1..6, list lengths,
+    value ranges): ``run(X) -> Y``."""
+    attributes = (as_key(window_sizes), as_key(strides), as_key(dilations),
+                  as_key(start_padding), as_key(end_padding))
+    _check_attributes(node, *attributes)
+    return functools.partial(_run, node, attributes)
+
+
+def unfold(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
+    """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``
+    (attributes: :func:`prepare`)."""
+    return prepare(node=node, **attributes)(X)
+
+
+@lru_cache(maxsize=256)
+def _check_attributes(node: str, *attributes: tuple[int, ...]) -> None:
+    """:func:`~custom_ops._window.window_attributes` (cached; invalid ones raise every
+    time)."""
+    window_attributes(OP, node, *attributes)
+
+
+def _run(node: str, attributes: tuple[tuple[int, ...], ...], X: np.ndarray) -> np.ndarray:
     X = np.asarray(X)
-    window_sizes = as_key(window_sizes)
-    attributes = (window_sizes, as_key(strides), as_key(dilations), as_key(start_padding),
-                  as_key(end_padding))
-    if X.ndim != len(window_sizes) + 2 or X.dtype not in UNFOLD_TYPES:
-        window_attributes(OP, node, *attributes)  # attribute errors come first
-        check_input(node, X, len(window_sizes))  # raises
+    if X.ndim != len(attributes[0]) + 2 or X.dtype not in UNFOLD_TYPES:
+        check_input(node, X, len(attributes[0]))  # raises
     plan = _plan(node, X.shape, X.dtype, *attributes, memory_limit())
     if plan.gather is None:
         return _blocks(X, plan, fill=0)

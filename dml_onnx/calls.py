@@ -8,7 +8,6 @@ boolean per declared output; ``node`` is the node's name, for errors.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +49,7 @@ def bind_kernel(definition: OpDefinition, attributes: dict[str, Any], node: str,
                                                       outputs_present))
         kernel = prepared
         if kernel is None:  # bad attributes raise here, on every call
-            kernel = prepared = (definition.prepare(**options) if definition.prepare else
-                                 functools.partial(definition.kernel, **options))
+            kernel = prepared = definition.prepare(**options)
         result = kernel(*inputs)
         return result if isinstance(result, tuple) else (result,)
     return run
@@ -63,7 +61,7 @@ def run_reference(definition: OpDefinition, inputs: Sequence[np.ndarray | None],
     """:func:`run_kernel` with the plain :attr:`~OpDefinition.reference` implementation
     instead."""
     check_output_memory(definition, inputs, attributes, node, outputs_present)
-    result = definition.reference(*inputs, **_call_options(definition, attributes, node,
+    result = definition.compute_reference(*inputs, **_call_options(definition, attributes, node,
                                                            outputs_present))
     return result if isinstance(result, tuple) else (result,)
 

@@ -1,11 +1,11 @@
 """The operator definition: one object per operator drives every layer.
 
 An :class:`OpDefinition` names the inputs, outputs, type constraints and attributes (with
-defaults and docs) of one operator, points at its numpy kernel and attribute check in
-``custom_ops``, and carries its shape function. From it come the onnx schema (with type and
-shape inference: :mod:`dml_onnx.schemas`), the node builder, the onnxruntime binding and the
-reference-evaluator op (calling it through :mod:`dml_onnx.calls`) and the README's operator
-reference.
+defaults and docs) of one operator, points at its kernel module in ``custom_ops`` and its
+reference module in ``dml_onnx.reference_ops``, and carries its shape function. From it come
+the onnx schema (with type and shape inference: :mod:`dml_onnx.schemas`), the node builder,
+the onnxruntime binding and the reference-evaluator op (calling it through
+:mod:`dml_onnx.calls`) and the README's operator reference.
 
 Shapes inside this package are lists of dims, each an ``int`` (known), a ``str`` (onnx's
 symbolic ``dim_param``) or ``None`` (unknown); a whole shape is ``None`` when even the rank is
@@ -19,6 +19,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -129,8 +130,9 @@ class Example:
 class OpDefinition:
     """Everything about one operator of the ``dml_onnx`` domain.
 
-    ``kernel(*inputs, node=..., **attributes)`` computes the outputs (a tuple for several);
-    ``check_attributes(node=..., **attributes)`` raises ``ValueError`` for bad attribute values;
+    ``kernel`` is the operator's module ``custom_ops.<op>`` and ``reference`` its module
+    ``dml_onnx.reference_ops.<op>``; by the naming rule the definition takes from them
+    :attr:`prepare`, :attr:`compute` and :attr:`compute_reference`.
     ``infer_shapes(input_shapes, attributes, node)`` gives the output shapes (``None`` for an
     absent input) and may raise ``ValueError`` for inconsistent shapes.
     """
@@ -143,25 +145,42 @@ class OpDefinition:
     outputs: tuple[Parameter, ...]
     type_constraints: dict[str, tuple[str, ...]]
     attributes: tuple[Attribute, ...]
-    kernel: Callable[..., Any]
-    check_attributes: Callable[..., None]
+    kernel: ModuleType
+    """``custom_ops.<op>``: ``prepare(node=..., **attributes)``, the kernel with a node's
+    attributes checked once (:class:`KernelError` for a bad value or an unknown name), a
+    callable of the inputs alone; ``<op>(*inputs, node=..., **attributes)``, the one-shot
+    call, which computes the outputs (a tuple for several)."""
     infer_shapes: ShapeFunction
-    reference: Callable[..., Any]
-    """The plain implementation in :mod:`dml_onnx.reference_ops`: the kernel's signature and
-    outputs, computed one output element at a time straight from the specification."""
+    reference: ModuleType
+    """``dml_onnx.reference_ops.<op>``: ``<op>(*inputs, node=..., **attributes)``, the plain
+    implementation, the kernel's call and outputs, computed one output element at a time
+    straight from the specification."""
     standard_form: StandardForm | None = None
     """Emits standard ONNX nodes computing the same outputs (see :mod:`dml_onnx.form`)."""
     examples: Callable[[], tuple[Example, ...]] = field(default=lambda: ())
     """Named small cases: the conformance models and the layer tests."""
     kernel_options: Callable[[list[bool]], dict[str, Any]] = field(default=lambda present: {})
     """Extra keyword arguments of the kernel derived from which outputs a node requests."""
-    prepare: Callable[..., Callable[..., Any]] | None = None
-    """``prepare(node=..., **attributes)``: the kernel with its attributes checked once, a
-    callable of the inputs alone (for repeated calls of one node); ``None``: the kernel takes
-    its attributes on every call."""
     check_signature: Callable[..., None] = field(default=lambda **_: None)
     """``check_signature(node=, inputs=, outputs=, attributes=)``: rules on which optional
     inputs and outputs a node has (lists of booleans); raises ``ValueError``."""
+    prepare: Callable[..., Callable[..., Any]] = field(init=False, repr=False, compare=False)
+    """``kernel.prepare``: ``prepare(node=..., **attributes, **options)`` gives ``run(*inputs)``
+    (``options``: :attr:`kernel_options`)."""
+    compute: Callable[..., Any] = field(init=False, repr=False, compare=False)
+    """``kernel.<op>``: ``compute(*inputs, node=..., **attributes, **options)``."""
+    compute_reference: Callable[..., Any] = field(init=False, repr=False, compare=False)
+    """``reference.<op>``: :attr:`compute` one output element at a time."""
+
+    def __post_init__(self) -> None:
+        for name, module in (("compute", self.kernel), ("compute_reference", self.reference)):
+            object.__setattr__(self, name, getattr(module, module.__name__.rpartition(".")[2]))
+        object.__setattr__(self, "prepare", self.kernel.prepare)
+
+    def check_attributes(self, *, node: str, **attributes: Any) -> None:
+        """Raise :class:`KernelError` for a bad attribute value (:attr:`prepare`, with every
+        output requested)."""
+        self.prepare(node=node, **self.kernel_options([True] * len(self.outputs)), **attributes)
 
     # ----------------------------------------------------------------- attributes
     def attribute(self, name: str) -> Attribute:
@@ -230,6 +249,20 @@ class OpDefinition:
                 node.attribute.append(_make_attribute(attribute, kept[attribute.name], where))
         self.check_node(node)
         return node
+
+    def build(self, arguments: Mapping[str, Any]) -> NodeProto:
+        """:meth:`make_node` from the arguments of a builder (its ``locals()``), which names the
+        inputs, the outputs and the attributes as the definition does, and ``name``. An
+        optional input or output given as ``None`` (or ``""``) is omitted, trailing omitted
+        outputs left off."""
+        def names(parameters: tuple[Parameter, ...]) -> list[Any]:
+            given = [(arguments[p.name] or "") if p.optional else arguments[p.name]
+                     for p in parameters]
+            while given and parameters[len(given) - 1].optional and not given[-1]:
+                given.pop()
+            return given
+        return self.make_node(names(self.inputs), names(self.outputs), name=arguments["name"],
+                              **{a.name: arguments[a.name] for a in self.attributes})
 
     def check_node(self, node: NodeProto) -> dict[str, Any]:
         """Validate a node's attributes and which inputs and outputs it has; its attributes."""

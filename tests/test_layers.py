@@ -203,18 +203,20 @@ def test_float_attribute_that_six_digits_would_change_arrives_exactly():
 
 @pytest.mark.parametrize("definition", dml_onnx.OPERATORS, ids=lambda d: d.name)
 def test_kernel_signature_matches_the_definition(definition):
-    parameters = inspect.signature(definition.kernel).parameters
-    keyword_only = [n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY]
+    parameters = definition.kernel.prepare.attributes  # the keywords prepare takes but node
     options = list(definition.kernel_options([True] * len(definition.outputs)))
-    declared = {*definition.attribute_names, *options, "node"}
-    assert set(keyword_only) >= declared
+    declared = {*definition.attribute_names, *options}
+    assert set(parameters) >= declared
     # beyond the definition only options with a default, which the graph never sets (the
     # exact ROI gradient of RoiAlignGrad, for autograd)
-    extras = set(keyword_only) - declared
+    extras = set(parameters) - declared
     assert extras <= {"exact_roi_gradient"}
     assert all(parameters[n].default is False for n in extras)
-    positional = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    call = inspect.signature(definition.compute).parameters
+    positional = [n for n, p in call.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
     assert positional == [p.name for p in definition.inputs]
+    assert call["node"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert [p.kind for p in call.values()][-1] is inspect.Parameter.VAR_KEYWORD
     for attribute in definition.attributes:  # a kernel default must be the spec default
         default = parameters[attribute.name].default
         if default is not inspect.Parameter.empty:

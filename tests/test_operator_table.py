@@ -5,12 +5,16 @@ kernels never import the domain package, and every list a new operator needs els
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import dml_onnx
+from custom_ops import KernelError
 from dml_onnx import raising
 from dml_onnx.builders import snake
 from dml_onnx.conformance import example_case
@@ -47,18 +51,63 @@ def test_every_operator_has_one_module_per_layer_with_one_signature():
         module = snake(definition.name)
         for layer in ("custom_ops", "dml_onnx/ops", "dml_onnx/reference_ops"):
             assert (ROOT / layer / f"{module}.py").is_file(), (layer, module)
-        assert definition.kernel.__module__ == f"custom_ops.{module}"
-        assert definition.kernel.__name__ == module
-        assert definition.reference.__module__ == f"dml_onnx.reference_ops.{module}"
-        assert definition.reference.__name__ == module
+        assert definition.kernel.__name__ == f"custom_ops.{module}"
+        assert definition.reference.__name__ == f"dml_onnx.reference_ops.{module}"
+        for function, layer in ((definition.compute, "custom_ops"),
+                                (definition.compute_reference, "dml_onnx.reference_ops")):
+            assert function.__module__ == f"{layer}.{module}"
+            assert function.__name__ == module
+        assert definition.prepare is definition.kernel.prepare
         assert dml_onnx.BUILDERS[module].__module__ == f"dml_onnx.ops.{module}"
-        kernel, reference = (inspect.signature(f) for f in (definition.kernel,
-                                                              definition.reference))
-        assert list(reference.parameters) == list(kernel.parameters), module
-        attributes = set(definition.attribute_names)
-        assert attributes <= set(kernel.parameters), module
+        kernel, reference = (inspect.signature(f).parameters for f in (
+            definition.compute, definition.compute_reference))
+        inputs = [p.name for p in definition.inputs]
+        for parameters in (kernel, reference):  # the inputs, then node and the attributes
+            assert [n for n, p in parameters.items()
+                    if p.kind is p.POSITIONAL_OR_KEYWORD] == inputs, module
+            assert parameters["node"].kind is inspect.Parameter.KEYWORD_ONLY, module
+        assert list(kernel.values())[-1].kind is inspect.Parameter.VAR_KEYWORD, module
+        # the reference names no keyword that the kernel does not take
+        named = {n for n, p in reference.items() if p.kind is p.KEYWORD_ONLY} - {"node"}
+        assert named <= set(definition.kernel.prepare.attributes), module
         assert "dml_onnx.reference_ops" not in _imported_modules(
             ROOT / "custom_ops" / f"{module}.py")
+
+
+def _base_attributes(definition) -> dict:
+    """Every attribute of the first valid example, defaults filled in, and the kernel
+    options of a node that requests every output."""
+    example = next(e for e in definition.examples() if not e.error)
+    attributes = {a.name: a.kernel_default for a in definition.attributes if not a.required}
+    return {**attributes, **example.attributes,
+            **definition.kernel_options([True] * len(definition.outputs))}
+
+
+def test_every_kernel_prepares_exactly_the_tables_attributes():
+    """``custom_ops.<op>.prepare`` takes the table's attributes (and the kernel options) by
+    name, every one of them, and refuses a name the table lacks or a required one missing
+    with a KernelError."""
+    for definition in dml_onnx.OPERATORS:
+        module = importlib.import_module(f"custom_ops.{snake(definition.name)}")
+        assert callable(module.prepare), definition.name
+        attributes = _base_attributes(definition)
+        assert set(definition.attribute_names) <= set(attributes)
+        run = module.prepare(node="n", **attributes)
+        assert callable(run), definition.name
+        known = set(attributes) | {"exact_roi_gradient"} & set(module.prepare.attributes)
+        assert set(module.prepare.attributes) == known, definition.name
+        with pytest.raises(KernelError) as error:
+            module.prepare(node="n", **attributes, not_an_attribute=1)
+        assert (error.value.op, error.value.node, error.value.field, error.value.value) == (
+            definition.name, "n", "attribute", "not_an_attribute")
+        listed = error.value.rule.removeprefix("is unknown (known: ").removesuffix(")")
+        assert set(listed.split(", ")) == known, definition.name
+        for attribute in definition.attributes:
+            if attribute.required:
+                with pytest.raises(KernelError, match=f"attribute '{attribute.name}' is "
+                                                      "required but missing"):
+                    module.prepare(node="n", **{k: v for k, v in attributes.items()
+                                                if k != attribute.name})
 
 
 def test_native_forms_and_raising_rules_follow_the_table():

@@ -1,7 +1,8 @@
 """The operator table: one entry per operator drives registration, builders, docs and tests.
 
 Each entry is the operator's module in this package: its ``DEFINITION`` and its builder, a
-function named like the module.
+function named like the module, whose keywords spell the attributes for users and which hands
+its arguments to :meth:`~dml_onnx.definition.OpDefinition.build`.
 """
 
 from __future__ import annotations

@@ -129,10 +129,8 @@ DEFINITION = OpDefinition(
     type_constraints={"T": NUMERIC_TYPES},
     attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES,
                 Attribute("output_size", "ints", "Spatial sizes [O1, ..., Ok] of Y.")),
-    kernel=kernel.fold,
-    prepare=kernel.prepare,
-    check_attributes=kernel.check_attributes,
-    reference=reference.fold,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=fold_examples,
@@ -144,6 +142,4 @@ def fold(X: str, Y: str, *, window_sizes: Sequence[int], output_size: Sequence[i
          start_padding: Sequence[int] | None = None, end_padding: Sequence[int] | None = None,
          name: str | None = None) -> NodeProto:
     """A ``Fold`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X], [Y], name=name, window_sizes=window_sizes, strides=strides,
-                                dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding, output_size=output_size)
+    return DEFINITION.build(locals())

@@ -82,9 +82,8 @@ DEFINITION = OpDefinition(
         *WINDOW_ATTRIBUTES,
         Attribute("p", "int", "The norm's exponent, >= 1.", 2),
     ),
-    kernel=kernel.lp_pooling,
-    check_attributes=kernel.check_attributes,
-    reference=reference.lp_pooling,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=lp_pooling_examples,
@@ -97,6 +96,4 @@ def lp_pooling(X: str, Y: str, *, window_size: Sequence[int],
                end_padding: Sequence[int] | None = None, p: int | None = None,
                name: str | None = None) -> NodeProto:
     """An ``LpPooling`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X], [Y], name=name, window_size=window_size, strides=strides,
-                                dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding, p=p)
+    return DEFINITION.build(locals())

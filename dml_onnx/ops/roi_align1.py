@@ -123,10 +123,8 @@ DEFINITION = OpDefinition(
         Attribute("output_size", "ints", "Output [OH, OW]."),
         *SAMPLING_ATTRIBUTES,
     ),
-    kernel=kernel.roi_align1,
-    prepare=kernel.prepare,
-    check_attributes=kernel.check_attributes,
-    reference=reference.roi_align1,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=roi_align1_examples,
@@ -143,12 +141,4 @@ def roi_align1(X: str, rois: str, batch_indices: str, Y: str, *, output_size: Se
                align_regions_to_corners: int | None = None,
                name: str | None = None) -> NodeProto:
     """A ``RoiAlign1`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node(
-        [X, rois, batch_indices], [Y], name=name, output_size=output_size,
-        reduction_function=reduction_function, interpolation_mode=interpolation_mode,
-        spatial_scale_x=spatial_scale_x, spatial_scale_y=spatial_scale_y,
-        input_pixel_offset=input_pixel_offset, output_pixel_offset=output_pixel_offset,
-        out_of_bounds_input_value=out_of_bounds_input_value,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)
+    return DEFINITION.build(locals())

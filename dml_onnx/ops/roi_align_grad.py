@@ -185,9 +185,8 @@ DEFINITION = OpDefinition(
         Attribute("input_shape", "ints", "[N, C, H, W]; required when X is omitted.", None,
                   "X's shape"),
     ),
-    kernel=kernel.roi_align_grad,
-    check_attributes=kernel.check_attributes,
-    reference=reference.roi_align_grad,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     kernel_options=lambda present: {"compute_dx": present[0], "compute_drois": present[1]},
     check_signature=_check_signature,
@@ -207,14 +206,4 @@ def roi_align_grad(X: str | None, dY: str, rois: str, batch_indices: str, dX: st
                    input_shape: Sequence[int] | None = None,
                    name: str | None = None) -> NodeProto:
     """A ``RoiAlignGrad`` node; ``X``, ``dX`` or ``drois`` may be ``None`` (omitted)."""
-    outputs = [dX or "", drois or ""]
-    while outputs and not outputs[-1]:
-        outputs.pop()
-    return DEFINITION.make_node(
-        [X or "", dY, rois, batch_indices], outputs, name=name,
-        reduction_function=reduction_function, interpolation_mode=interpolation_mode,
-        spatial_scale_x=spatial_scale_x, spatial_scale_y=spatial_scale_y,
-        input_pixel_offset=input_pixel_offset, output_pixel_offset=output_pixel_offset,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners, input_shape=input_shape)
+    return DEFINITION.build(locals())

@@ -173,10 +173,8 @@ DEFINITION = OpDefinition(
         Attribute("pooled_size", "ints", "Output [PH, PW]."),
         Attribute("spatial_scale", "float", "Multiplier of the ROI coordinates.", 1.0),
     ),
-    kernel=kernel.roi_pooling,
-    prepare=kernel.prepare,
-    check_attributes=kernel.check_attributes,
-    reference=reference.roi_pooling,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=roi_pooling_examples,
@@ -186,5 +184,4 @@ DEFINITION = OpDefinition(
 def roi_pooling(X: str, rois: str, Y: str, *, pooled_size: Sequence[int],
                 spatial_scale: float | None = None, name: str | None = None) -> NodeProto:
     """A ``RoiPooling`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X, rois], [Y], name=name, pooled_size=pooled_size,
-                                spatial_scale=spatial_scale)
+    return DEFINITION.build(locals())

@@ -60,9 +60,8 @@ DEFINITION = OpDefinition(
     outputs=(Parameter("Y", "T", "[N, C * prod(window_sizes), L], L = number of blocks."),),
     type_constraints={"T": ANY_TYPES},
     attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES),
-    kernel=kernel.unfold,
-    check_attributes=kernel.check_attributes,
-    reference=reference.unfold,
+    kernel=kernel,
+    reference=reference,
     infer_shapes=_infer_shapes,
     standard_form=_standard_form,
     examples=unfold_examples,
@@ -73,6 +72,4 @@ def unfold(X: str, Y: str, *, window_sizes: Sequence[int], strides: Sequence[int
            dilations: Sequence[int] | None = None, start_padding: Sequence[int] | None = None,
            end_padding: Sequence[int] | None = None, name: str | None = None) -> NodeProto:
     """An ``Unfold`` node; attributes left ``None`` take the spec default."""
-    return DEFINITION.make_node([X], [Y], name=name, window_sizes=window_sizes, strides=strides,
-                                dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding)
+    return DEFINITION.build(locals())

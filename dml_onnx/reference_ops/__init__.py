@@ -8,7 +8,9 @@ once to the output type. They share no numeric code with the fast kernels in ``c
 for small inputs: the conformance suite's expected outputs, :class:`dml_onnx.ReferenceEvaluator`
 and the tests that hold the kernels to them.
 
-Each module has one function named like the module, with its kernel's signature: the input
-arrays positionally (``None`` for an omitted optional input), every attribute by keyword, and
-``node`` (the node's name, for errors); it returns what the kernel returns.
+Each module has one function named like the module, called as its kernel is (the kernel
+module's one-shot call): the input arrays positionally (``None`` for an omitted optional
+input), every attribute by keyword, and ``node`` (the node's name, for errors); it returns
+what the kernel returns. The attributes that several operators share are taken together
+(``**shared``, ``**window_attributes``) and read through the kernels' records.
 """

@@ -1,5 +1,6 @@
 """What the sliding-window references (LpPooling, Unfold, Fold) share, from the spec formulas:
-the window attributes with their defaults, the block counts and the position each tap reads.
+the block counts and the position each tap reads (the window attributes with their defaults
+are :class:`custom_ops._window.Window`).
 
 Spatial positions are tuples of k ints. Block ``b`` (``b_1..b_k``) and window tap ``i``
 (``i_1..i_k``) read the padded input at ``b * stride + i * dilation``, that is the unpadded
@@ -17,14 +18,6 @@ from custom_ops._window import Window
 def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
     """Every index of a grid of ``sizes``, in row-major order (the i-th index has flat index i)."""
     return itertools.product(*(range(size) for size in sizes))
-
-
-def window_of(sizes: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-              start_padding: Sequence[int], end_padding: Sequence[int]) -> Window:
-    """The attributes as a node gives them (an empty list means all 1 for strides and
-    dilations, all 0 for padding), with the defaults filled in."""
-    return Window.of(sizes, {"strides": strides, "dilations": dilations,
-                             "start_padding": start_padding, "end_padding": end_padding})
 
 
 def block_counts(window: Window, spatial: Sequence[int]) -> tuple[int, ...]:

@@ -19,17 +19,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from custom_ops._window import Window
 from custom_ops.fold import check_input
-from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
+from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 
-def fold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
-         dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-         end_padding: Sequence[int] = (), output_size: Sequence[int], node: str = ""
-         ) -> np.ndarray:
-    """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type."""
+def fold(X: np.ndarray, *, node: str = "", window_sizes: Sequence[int],
+         output_size: Sequence[int], **window_attributes: Sequence[int]) -> np.ndarray:
+    """``[N, C * prod(window_sizes), L]`` to ``[N, C, *output_size]``, same element type
+    (``window_attributes``: strides, dilations, padding; absent or empty: their default)."""
     X = np.asarray(X)
-    window = window_of(window_sizes, strides, dilations, start_padding, end_padding)
+    window = Window.of(window_sizes, window_attributes)
     output = tuple(output_size)
     blocks = block_counts(window, output)
     check_input(node, X, window.sizes, blocks, output)

@@ -19,20 +19,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from custom_ops._checks import check_float_input, check_rank
-from custom_ops._window import sliding_block_counts
+from custom_ops._window import Window, sliding_block_counts
 from custom_ops.limits import check_work
 from custom_ops.lp_pooling import OP
-from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
+from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 
-def lp_pooling(X: np.ndarray, *, window_size: Sequence[int], strides: Sequence[int],
-               start_padding: Sequence[int], end_padding: Sequence[int],
-               dilations: Sequence[int], p: int, node: str = "") -> np.ndarray:
-    """Lp-norm pooling of ``X [N, C, D1..Dk]``; empty list attributes mean their default."""
+def lp_pooling(X: np.ndarray, *, node: str = "", window_size: Sequence[int], p: int,
+               **window_attributes: Sequence[int]) -> np.ndarray:
+    """Lp-norm pooling of ``X [N, C, D1..Dk]`` (``window_attributes``: strides, dilations,
+    padding; empty: their default)."""
     X = np.asarray(X)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (len(window_size) + 2,))
-    window = window_of(window_size, strides, dilations, start_padding, end_padding)
+    window = Window.of(window_size, window_attributes)
     spatial = X.shape[2:]
     sliding_block_counts(OP, node, spatial, *window)  # raises for an output size below 1
     Y = np.empty((*X.shape[:2], *block_counts(window, spatial)), X.dtype)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,26 +34,17 @@ from dml_onnx.reference_ops._roi import (
 )
 
 
-def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
-               output_size: Sequence[int], reduction_function: str, interpolation_mode: str,
-               spatial_scale_x: float, spatial_scale_y: float, input_pixel_offset: float,
-               output_pixel_offset: float, out_of_bounds_input_value: float,
-               minimum_samples_per_output: int, maximum_samples_per_output: int,
-               align_regions_to_corners: int, node: str = "") -> np.ndarray:
-    """``Y [R, C, OH, OW]``: each region of ``X [N, C, H, W]`` resampled to ``output_size``."""
+def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *, node: str = "",
+               output_size: Sequence[int], out_of_bounds_input_value: float,
+               **shared: Any) -> np.ndarray:
+    """``Y [R, C, OH, OW]``: each region of ``X [N, C, H, W]`` resampled to ``output_size``
+    (the sampling attributes: :func:`~custom_ops._roi_grid.check_sampling`)."""
     X, rois, batch_indices = np.asarray(X), np.asarray(rois), np.asarray(batch_indices)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (4,))
     check_image_shape(OP, node, "X", X.shape)
     boxes, batch = check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
-    sampling = check_sampling(
-        OP, node, reduction_function=reduction_function,
-        interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
-        spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
-        output_pixel_offset=output_pixel_offset,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)
+    sampling = check_sampling(OP, node, **shared)
     _, channels, height, width = X.shape
     oh, ow = output_size
     Y = np.empty((len(batch), channels, oh, ow), np.float64)
@@ -70,7 +62,7 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *,
             samples = grid.samples(oy, ox)
             for c in range(channels):
                 values = [read(planes[b][c], y, x, out_of_bounds, ct) for y, x in samples]
-                Y[r, c, oy, ox] = _reduce(values, reduction_function, start)
+                Y[r, c, oy, ox] = _reduce(values, sampling.reduction, start)
     with np.errstate(over="ignore"):  # beyond the range of X's type: inf
         return Y.astype(X.dtype)
 

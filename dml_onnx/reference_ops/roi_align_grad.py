@@ -39,6 +39,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -62,30 +63,21 @@ from dml_onnx.reference_ops._roi import (
 
 
 def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
-                   batch_indices: np.ndarray, *, reduction_function: str,
-                   interpolation_mode: str, spatial_scale_x: float, spatial_scale_y: float,
-                   input_pixel_offset: float, output_pixel_offset: float,
-                   minimum_samples_per_output: int, maximum_samples_per_output: int,
-                   align_regions_to_corners: int, input_shape: Sequence[int] | None,
-                   compute_dx: bool, compute_drois: bool, exact_roi_gradient: bool = False,
-                   node: str = "") -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY``."""
+                   batch_indices: np.ndarray, *, node: str = "",
+                   input_shape: Sequence[int] | None, compute_dx: bool, compute_drois: bool,
+                   exact_roi_gradient: bool = False, **shared: Any
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY`` (the sampling attributes:
+    :func:`~custom_ops._roi_grid.check_sampling`)."""
     check_signature(node=node, x_given=X is not None, compute_dx=compute_dx,
-                    compute_drois=compute_drois, reduction_function=reduction_function,
-                    input_shape=input_shape)
+                    compute_drois=compute_drois,
+                    reduction_function=shared["reduction_function"], input_shape=input_shape)
     X = None if X is None else np.asarray(X)
     dY, rois, batch_indices = np.asarray(dY), np.asarray(rois), np.asarray(batch_indices)
     shape = check_images(node, X, dY, input_shape)
     boxes, batch = check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
     check_gradient_shape(node, dY, len(batch), shape[1])
-    sampling = check_sampling(
-        OP, node, reduction_function=reduction_function,
-        interpolation_mode=interpolation_mode, spatial_scale_x=spatial_scale_x,
-        spatial_scale_y=spatial_scale_y, input_pixel_offset=input_pixel_offset,
-        output_pixel_offset=output_pixel_offset,
-        minimum_samples_per_output=minimum_samples_per_output,
-        maximum_samples_per_output=maximum_samples_per_output,
-        align_regions_to_corners=align_regions_to_corners)
+    sampling = check_sampling(OP, node, **shared)
     want_drois = compute_drois and (sampling.linear or not exact_roi_gradient)
     dX = np.zeros(shape, np.float64) if compute_dx else None
     drois = np.zeros((len(batch), 4), np.float64)
@@ -103,7 +95,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                                                             sampling, ct))
                 _add_region(None if dX is None else dX[b], drois[r] if want_drois else None,
                             None if planes is None else planes[b], dY[r], grid,
-                            reduction_function, lowest, roi_gradient, ct)
+                            sampling.reduction, lowest, roi_gradient, ct)
         return (None if dX is None else dX.astype(dY.dtype),
                 drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None)
 

@@ -17,18 +17,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._window import sliding_block_counts
+from custom_ops._window import Window, sliding_block_counts
 from custom_ops.unfold import OP, check_input
-from dml_onnx.reference_ops._window import block_counts, grid, reads, window_of
+from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 
-def unfold(X: np.ndarray, *, window_sizes: Sequence[int], strides: Sequence[int] = (),
-           dilations: Sequence[int] = (), start_padding: Sequence[int] = (),
-           end_padding: Sequence[int] = (), node: str = "") -> np.ndarray:
-    """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``."""
+def unfold(X: np.ndarray, *, node: str = "", window_sizes: Sequence[int],
+           **window_attributes: Sequence[int]) -> np.ndarray:
+    """``[N, C, D1..Dk]`` to ``[N, C * prod(window_sizes), L]``, same element type as ``X``
+    (``window_attributes``: strides, dilations, padding; absent or empty: their default)."""
     X = np.asarray(X)
     check_input(node, X, len(window_sizes))
-    window = window_of(window_sizes, strides, dilations, start_padding, end_padding)
+    window = Window.of(window_sizes, window_attributes)
     spatial = X.shape[2:]
     sliding_block_counts(OP, node, spatial, *window, what="block count")  # raises below 1
     blocks = block_counts(window, spatial)

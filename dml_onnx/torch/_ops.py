@@ -9,7 +9,6 @@ the operator's own shape inference. The public functions fill the specification'
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +17,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from custom_ops.roi_align_grad import roi_align_grad
 from custom_ops.roi_pooling import roi_pooling_argmax
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
@@ -94,8 +92,9 @@ OPS = {name: _register(definition) for name, definition in OPERATORS_BY_NAME.ite
 """``torch.ops.dml_onnx.<Op>`` by operator name."""
 
 _EXACT_ROI_GRADIENT = _register(dataclasses.replace(
-    OPERATORS_BY_NAME["RoiAlignGrad"], prepare=None,
-    kernel=functools.partial(roi_align_grad, exact_roi_gradient=True)), "RoiAlignGradExact")
+    OPERATORS_BY_NAME["RoiAlignGrad"], kernel_options=lambda present: {
+        **OPERATORS_BY_NAME["RoiAlignGrad"].kernel_options(present), "exact_roi_gradient": True}),
+    "RoiAlignGradExact")
 """``torch.ops.dml_onnx.RoiAlignGradExact``: RoiAlignGrad with the exact derivative for
 ``drois`` (DirectML's ``drois`` is not one), what ``roi_align1``'s autograd uses."""
 

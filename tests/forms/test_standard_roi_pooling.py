@@ -31,7 +31,7 @@ FLOAT_TYPES = (np.float16, np.float32, np.float64)
 
 def kernel(X: np.ndarray, rois: np.ndarray, attributes: dict) -> np.ndarray:
     """The kernel's Y; ``attributes`` as the kernel receives them (float32 values)."""
-    return DEFINITION.kernel(X, rois, node="node", **attributes)
+    return DEFINITION.compute(X, rois, node="node", **attributes)
 
 
 def example_model(example, **options) -> tuple[onnx.ModelProto, np.ndarray]:

@@ -626,14 +626,15 @@ def test_input_errors(args, fragments):
 ])
 def test_attribute_errors(attrs, fragments):
     attrs = {"output_size": [2, 2], "out_of_bounds_input_value": 0.0, **DEFAULTS, **attrs}
-    raises(lambda: forward_module.check_attributes(node="ra", **attrs),
+    raises(lambda: forward_module.prepare(node="ra", **attrs),
            "RoiAlign1", "'ra'", *fragments)
     raises(lambda: roi_align1(FX, FROIS, FBATCH, node="ra", **attrs),
            "RoiAlign1", "'ra'", *fragments)
     if "output_size" not in fragments[0] and "out_of_bounds" not in fragments[0]:
         grad_attrs = {k: v for k, v in attrs.items()
                       if k not in ("output_size", "out_of_bounds_input_value")}
-        raises(lambda: grad_module.check_attributes(node="g", input_shape=[], **grad_attrs),
+        raises(lambda: grad_module.prepare(node="g", input_shape=[], compute_dx=True,
+                                           compute_drois=False, **grad_attrs),
                "RoiAlignGrad", "'g'", *fragments)
 
 

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_ops import _threads
-from custom_ops.roi_pooling import check_attributes, roi_pooling
+from custom_ops.roi_pooling import prepare as check_attributes
+from custom_ops.roi_pooling import roi_pooling
 from dml_onnx.reference_ops.roi_pooling import bin_edges, region_corners
 from dml_onnx.reference_ops.roi_pooling import roi_pooling as reference_roi_pooling
 from tests._support.native import run_native

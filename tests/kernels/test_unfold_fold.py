@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_ops.fold import check_attributes as fold_check_attributes
 from custom_ops.fold import fold
-from custom_ops.unfold import check_attributes as unfold_check_attributes
+from custom_ops.fold import prepare as fold_check_attributes
+from custom_ops.unfold import prepare as unfold_check_attributes
 from custom_ops.unfold import unfold
 from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference

@@ -39,12 +39,16 @@ def test_idle_workers_do_not_spin_unless_the_caller_says_so():
 @pytest.mark.parametrize("threads", [0, 1, 2])
 def test_kernels_see_the_sessions_intra_op_thread_count(threads):
     definition = dml_onnx.OPERATORS_BY_NAME["Unfold"]
-    kernel, seen = definition.kernel, []
+    prepare, seen = definition.prepare, []
 
-    def recording(*args, **kwargs):
-        seen.append(_threads.thread_limit.get())
-        return kernel(*args, **kwargs)
-    object.__setattr__(definition, "kernel", recording)
+    def recording(**attributes):
+        run = prepare(**attributes)
+
+        def recorded(*inputs):
+            seen.append(_threads.thread_limit.get())
+            return run(*inputs)
+        return recorded
+    object.__setattr__(definition, "prepare", recording)
     try:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -52,7 +56,7 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
         model = dml_onnx.make_model([node], list(MODEL.graph.input), list(MODEL.graph.output))
         dml_onnx.InferenceSession(model, options).run(None, FEEDS)
     finally:
-        object.__setattr__(definition, "kernel", kernel)
+        object.__setattr__(definition, "prepare", prepare)
     assert seen == [threads]
     assert _threads.thread_limit.get() == 0  # set for the run only
 
