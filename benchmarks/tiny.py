@@ -28,6 +28,7 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 import dml_onnx
 from benchmarks import harness
 from benchmarks.rows import Row, onnxruntime_peer, rows
+from dml_onnx import calls
 from dml_onnx.builders import IR_VERSION
 
 LOOPS = 2000
@@ -75,7 +76,7 @@ def floor_session(threads: int) -> Callable[[], object]:
 def kernel_call(row: Row) -> Callable[[], object]:
     definition = dml_onnx.OPERATORS_BY_NAME[row.op]
     node = row.model().graph.node[0]
-    run = definition.bind_kernel(definition.node_attributes(node), "tiny", row.outputs)
+    run = calls.bind_kernel(definition, definition.node_attributes(node), "tiny", row.outputs)
     return lambda: run(row.inputs)
 
 

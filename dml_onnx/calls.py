@@ -9,7 +9,7 @@ boolean per declared output; ``node`` is the node's name, for errors.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -105,7 +105,8 @@ def output_memory_errors(definition: OpDefinition, node: str, shapes: Sequence[S
         if (present and shape is not None and parameter.type in dtypes
                 and all(known(d) for d in shape)):
             try:
-                check_memory(definition.name, node, f"output {parameter.name}", shape,
+                check_memory(definition.name, node, f"output {parameter.name}",
+                             cast(list[int], shape),
                              compute_dtype(dtypes[parameter.type]))
             except KernelError as error:
                 errors.append(error)

@@ -20,7 +20,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
@@ -29,7 +29,7 @@ from custom_ops._checks import KernelError
 from dml_onnx.form import StandardNode
 
 if TYPE_CHECKING:
-    from onnx.defs import OpSchema
+    pass
 
 DOMAIN = "dml_onnx"
 OPSET_VERSION = 1
@@ -312,34 +312,6 @@ class OpDefinition:
                                   f"the other {parameter.type} inputs")
         return types
 
-    # ----------------------------------------------------------------- schema, calls
-    def to_schema(self) -> OpSchema:
-        """The onnx schema, with type and shape inference (:func:`dml_onnx.schemas.op_schema`)."""
-        from dml_onnx.schemas import op_schema  # schemas imports the operator table
-        return op_schema(self)
-
-    def run_kernel(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
-                   node: str, outputs_present: Sequence[bool]) -> tuple[np.ndarray | None, ...]:
-        """Run the kernel; always returns one entry per declared output
-        (:func:`dml_onnx.calls.run_kernel`)."""
-        from dml_onnx import calls  # calls imports this module
-        return calls.run_kernel(self, inputs, attributes, node, outputs_present)
-
-    def bind_kernel(self, attributes: dict[str, Any], node: str, outputs_present: Sequence[bool]
-                    ) -> Callable[[Sequence[np.ndarray | None]], tuple[np.ndarray | None, ...]]:
-        """:meth:`run_kernel` with the node fixed: ``run(inputs)`` for repeated calls
-        (:func:`dml_onnx.calls.bind_kernel`)."""
-        from dml_onnx import calls
-        return calls.bind_kernel(self, attributes, node, outputs_present)
-
-    def run_reference(self, inputs: Sequence[np.ndarray | None], attributes: dict[str, Any],
-                      node: str, outputs_present: Sequence[bool]
-                      ) -> tuple[np.ndarray | None, ...]:
-        """:meth:`run_kernel` with the plain :attr:`reference` implementation instead
-        (:func:`dml_onnx.calls.run_reference`)."""
-        from dml_onnx import calls
-        return calls.run_reference(self, inputs, attributes, node, outputs_present)
-
 
 def _type_name(elem_type: int) -> str:
     """``"float"``, ``"int32"``...: an ONNX element type as type constraints spell it."""
@@ -406,11 +378,11 @@ def _integer(value: Any) -> int:
 
 
 # --------------------------------------------------------------------- shape helpers
-def known(dim: Dim) -> bool:
+def known(dim: Dim) -> TypeGuard[int]:
     """A dim with a value: an int, or a symbolic size one can compute with (torch's SymInt)."""
     return dim is not None and not isinstance(dim, str)
 
 
 def product(dims: Sequence[Dim]) -> Dim:
     """The product of dims, or None when one is not known."""
-    return math.prod(dims) if all(known(d) for d in dims) else None
+    return math.prod(cast(Sequence[int], dims)) if all(known(d) for d in dims) else None

@@ -11,9 +11,11 @@ import onnx
 from onnx.reference import ReferenceEvaluator as _OnnxReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from dml_onnx import calls
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import load_model
 from dml_onnx.ops import OPERATORS
+from dml_onnx.schemas import op_schema
 
 
 def _op_class(definition: OpDefinition) -> type[OpRun]:
@@ -25,12 +27,13 @@ def _op_class(definition: OpDefinition) -> type[OpRun]:
         attributes = definition.node_attributes(node)
         present = [i < len(node.output) and bool(node.output[i])
                    for i in range(len(definition.outputs))]
-        outputs = definition.run_reference(list(inputs), attributes, node_label(node), present)
+        outputs = calls.run_reference(definition, list(inputs), attributes, node_label(node),
+                                      present)
         # onnx.reference wants a tensor even for an omitted ("") output
         return tuple(np.zeros(0) if o is None else o for o in outputs[:len(node.output)])
 
     return type(definition.name, (OpRun,), {
-        "op_domain": DOMAIN, "op_schema": definition.to_schema(), "_run": _run,
+        "op_domain": DOMAIN, "op_schema": op_schema(definition), "_run": _run,
         "__doc__": f"Reference evaluation of {DOMAIN}::{definition.name}."})
 
 

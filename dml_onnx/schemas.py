@@ -127,7 +127,8 @@ def _infer(definition: OpDefinition, ctx: Any, label: str) -> None:
     values = {a.name: definition.typed_value(a, ctx.get_attribute(a.name), label)
               for a in definition.attributes}
     definition.check_attributes(node=label, **values)
-    shapes, elem_types = [], {}
+    shapes: list[Shape] = []
+    elem_types: dict[str, int] = {}
     for i, parameter in enumerate(definition.inputs):
         if i >= ctx.get_num_inputs() or not ctx.has_input(i):
             shapes.append(None)

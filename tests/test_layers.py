@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
+from dml_onnx import calls
 from dml_onnx.builders import single_node_model, snake
 from dml_onnx.conformance import CONFORMANCE_OPSETS, example_case
 from dml_onnx.runtime import RUNTIME_DOMAIN
@@ -42,7 +43,7 @@ def _twin(definition, error_example):
 
 def _kernel_outputs(definition, example, node) -> list[np.ndarray]:
     """The kernel called directly with the node's attributes (floats as float32 values)."""
-    outputs = definition.run_kernel(list(example.inputs), definition.node_attributes(node),
+    outputs = calls.run_kernel(definition, list(example.inputs), definition.node_attributes(node),
                                     "direct", example.outputs)
     return [o for o, wanted in zip(outputs, example.outputs) if wanted]
 

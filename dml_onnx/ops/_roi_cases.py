@@ -32,7 +32,7 @@ CASE_BATCH = np.array([0, 1, 1, 0, 1], np.int64)
 HALF_IMAGE = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
 HALF_ROIS = np.array([[-1, 1.5, 3, 5.5], [1, -1.5, 5, 2.5], [1.5, -1, 5.5, 3],
                       [-1.5, 1, 2.5, 5]], np.float32)
-SAMPLING_VARIATIONS = {
+SAMPLING_VARIATIONS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "max": {"reduction_function": "max"},
     "nearest": {"interpolation_mode": "nearest_neighbor"},
@@ -72,7 +72,7 @@ def roi_align1_examples() -> tuple[Example, ...]:
     cases = (CASE_IMAGE, CASE_ROIS, CASE_BATCH)
     size = {"output_size": [2, 3]}
     max_nearest = SAMPLING_VARIATIONS["max_nearest"]
-    edges = {  # name: (inputs, attributes)
+    edges: dict[str, tuple[tuple[np.ndarray, ...], dict[str, Any]]] = {  # (inputs, attributes)
         "out_of_bounds_value": (cases, {**size, "out_of_bounds_input_value": -2.5}),
         "max_out_of_bounds_value": (cases, {**size, "reduction_function": "max",
                                             "out_of_bounds_input_value": 3.5}),
@@ -93,7 +93,8 @@ def roi_align1_examples() -> tuple[Example, ...]:
                                              {**size, "reduction_function": "max",
                                               "out_of_bounds_input_value": -np.inf}),
     }
-    types = {  # name: (T, TI, rois shape, batch_indices shape, attributes)
+    types: dict[str, tuple[Any, Any, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
+        # name: (T, TI, rois shape, batch_indices shape, attributes)
         "float16_int32_max": (np.float16, np.int32, (5, 4), (5,),
                               SAMPLING_VARIATIONS["max"]),
         "float16_uint64_rank3": (np.float16, np.uint64, (1, 5, 4), (1, 1, 5), {}),
@@ -150,7 +151,8 @@ def roi_align_grad_examples() -> tuple[Example, ...]:
     image_shape = {"input_shape": list(CASE_IMAGE.shape)}
     half = (HALF_IMAGE, rng.standard_normal((4, 1, 2, 2)).astype(np.float32), HALF_ROIS,
             np.zeros(4, np.int64))
-    edges = {  # name: (inputs, attributes, outputs)
+    edges: dict[str, tuple[tuple[np.ndarray | None, ...], dict[str, Any], tuple[bool, ...]]] = {
+        # name: (inputs, attributes, outputs)
         "dx_only": (cases, {}, dx),
         "drois_only": (cases, {}, drois),
         "max_dx_only": (cases, SAMPLING_VARIATIONS["max"], dx),
@@ -170,7 +172,9 @@ def roi_align_grad_examples() -> tuple[Example, ...]:
         "non_finite_max": ((NON_FINITE_IMAGE, *cases[1:]), SAMPLING_VARIATIONS["max"], both),
         "non_finite_average": ((NON_FINITE_IMAGE, *cases[1:]), {}, both),
     }
-    types = {  # name: (T, TI, rois shape, batch_indices shape, attributes, outputs)
+    types: dict[str, tuple[Any, Any, tuple[int, ...], tuple[int, ...], dict[str, Any],
+                           tuple[bool, ...]]] = {
+        # name: (T, TI, rois shape, batch_indices shape, attributes, outputs)
         "float16_int64_both": (np.float16, np.int64, (5, 4), (5,), {}, both),
         "float16_uint32_max_dx": (np.float16, np.uint32, (5, 4), (1, 5),
                                   SAMPLING_VARIATIONS["max"], dx),

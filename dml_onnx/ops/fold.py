@@ -37,7 +37,7 @@ def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) ->
     if isinstance(length, int) and isinstance(count, int) and length != count:
         raise ValueError(f"{op} '{node}': X dim 2 {length} is not the block count {count} of "
                          f"output_size {list(output_size)}")
-    taps = product(window)
+    taps = math.prod(window)
     if isinstance(rows, int) and rows % taps:
         raise ValueError(f"{op} '{node}': X dim 1 {rows} is not a multiple of "
                          f"prod(window_sizes) {taps}")
@@ -96,6 +96,7 @@ def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
         shape[d], shape[k + d] = w, blocks[d]
         term = node.constant(along.reshape(shape))
         index = term if index is None else node.op("Add", index, term)
+    assert index is not None, "a window has at least one axis"
     positions = [taps * math.prod(blocks)]
     images = node.op("Concat", node.op("Shape", x, end=1),
                      node.op("Div", node.op("Shape", x, start=1, end=2), node.constant([taps])),

@@ -109,7 +109,7 @@ def _extent(first: float, last: float, scale: float, outputs: int, sampling: Sam
     start = ct(first) * ct(scale)
     size = ct(float(Fraction(float(ct(last))) * Fraction(float(ct(scale)))
                     - Fraction(float(start))))  # rounded once, as a fused multiply-add
-    n = min(max(math.ceil(abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
+    n = min(max(math.ceil(np.abs(size) / ct(outputs)), sampling.minimum), sampling.maximum)
     return start, size, n
 
 
@@ -139,6 +139,7 @@ def _axis_sample(t: float, position: np.floating, length: int, sampling: Samplin
     else:
         inside = ct(-1) < position < ct(length)
     coordinate = min(max(position, ct(0)), ct(length - 1))
+    taps: tuple[tuple[int, float], ...]
     if sampling.linear:
         lo = math.floor(coordinate)
         frac = float(coordinate) - lo  # exact

@@ -47,7 +47,7 @@ def fold(X: np.ndarray, *, node: str = "", window_sizes: Sequence[int],
     Y = np.empty((images, channels, *output), X.dtype)
     with np.errstate(over="ignore"):  # float sums beyond Y's range: inf, at the one rounding
         for index, total in sums.items():
-            Y[index] = _wrap(total, X.dtype) if integer else total
+            Y[index] = _wrap(int(total), X.dtype) if integer else total
     return Y
 
 

@@ -117,6 +117,7 @@ def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | N
         if reduction_function == "average":
             chosen = [(y, x, g / len(samples)) for y, x in samples]
         else:
+            assert image is not None, "max reads X"
             winner = _first_maximum([read(image[c], y, x, 0.0, ct) for y, x in samples],
                                     lowest)
             chosen = [] if winner is None else [(*samples[winner], g)]
@@ -127,7 +128,8 @@ def _add_region(dX: np.ndarray | None, drois: np.ndarray | None, image: list | N
                 for (py, wy), (px, wx) in itertools.product(y.taps, x.taps):
                     dX[c, py, px] += w * (wy * wx)
             if drois is not None:
-                drois += roi_gradient(image[c], y, x, w, oy, ox)
+                assert image is not None, "drois reads X"
+                drois += np.asarray(roi_gradient(image[c], y, x, w, oy, ox))
 
 
 def _first_maximum(values: list[float], lowest: float) -> int | None:

@@ -38,6 +38,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from custom_ops import KernelError
+from dml_onnx import calls
 from dml_onnx.builders import make_model
 from dml_onnx.definition import RUNTIME_DOMAIN, OpDefinition
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
@@ -161,7 +162,7 @@ def _parse_config(config: bytes) -> _Call:
     feeds = data.get("feeds") or [None] * len(definition.inputs)
     fetches = data.get("fetches") or [None] * len(definition.outputs)
     return _Call(definition, data["node"],
-                 definition.bind_kernel(data["attributes"], data["node"], data["outputs"]),
+                 calls.bind_kernel(definition, data["attributes"], data["node"], data["outputs"]),
                  tuple(i for i, present in enumerate(data["inputs"]) if not present),
                  tuple((i, f[0], np.dtype(f[1]), np.dtype(f[2])) for i, f in enumerate(feeds)
                        if f),

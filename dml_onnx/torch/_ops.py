@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from custom_ops.roi_pooling import roi_pooling_argmax
+from dml_onnx import calls
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 
@@ -65,7 +66,7 @@ def _register(definition: OpDefinition, name: str | None = None) -> Any:
     def compute(*args: Any) -> Tensor | tuple[Tensor, ...]:
         tensors, attributes = _split(definition, args)
         inputs = [None if t is None else t.detach().numpy() for t in tensors]
-        outputs = definition.run_kernel(inputs, attributes, _node(definition),
+        outputs = calls.run_kernel(definition, inputs, attributes, _node(definition),
                                         [True] * len(definition.outputs))
         result = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outputs)
         return result[0] if len(result) == 1 else result

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._checks import UINT32_MAX
+from dml_onnx import calls
 from dml_onnx.builders import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME
@@ -43,7 +44,7 @@ def _feeds(definition, inputs) -> dict[str, np.ndarray]:
 
 def _kernel(definition, model, inputs, outputs) -> list[np.ndarray]:
     attributes = definition.node_attributes(model.graph.node[0])
-    results = definition.run_kernel(list(inputs), attributes, "kernel", outputs)
+    results = calls.run_kernel(definition, list(inputs), attributes, "kernel", outputs)
     return [r for r, wanted in zip(results, outputs) if wanted]
 
 

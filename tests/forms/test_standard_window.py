@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._window import sliding_block_counts
+from dml_onnx import calls
 from dml_onnx.builders import single_node_model, snake
 from dml_onnx.definition import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, OpDefinition
 from dml_onnx.form import op_version
@@ -107,7 +108,7 @@ def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, *
 def _kernel(definition: OpDefinition, inputs: tuple[np.ndarray], model: onnx.ModelProto
             ) -> np.ndarray:
     attributes = definition.node_attributes(model.graph.node[0])
-    return definition.run_kernel(list(inputs), attributes, "node", (True,))[0]
+    return calls.run_kernel(definition, list(inputs), attributes, "node", (True,))[0]
 
 
 def _run(model: onnx.ModelProto, inputs: tuple[np.ndarray]) -> np.ndarray:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import dml_onnx
 from custom_ops._checks import UINT32_MAX
+from dml_onnx import calls
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as lp_pooling_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
@@ -38,7 +39,7 @@ def run(op: str, inputs: list[np.ndarray | None], outputs: tuple[bool, ...] = (T
         **attributes: Any) -> tuple[np.ndarray | None, ...]:
     definition = dml_onnx.OPERATORS_BY_NAME[op]
     values = {a.name: a.kernel_default for a in definition.attributes if not a.required}
-    return definition.run_kernel(inputs, {**values, **attributes}, "edge", outputs)
+    return calls.run_kernel(definition, inputs, {**values, **attributes}, "edge", outputs)
 
 
 def close(got: np.ndarray, want: np.ndarray) -> None:

@@ -14,7 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 from custom_ops._checks import UINT32_MAX
-from dml_onnx import cli, conformance
+from dml_onnx import calls, cli, conformance
 from dml_onnx.conformance import points, probes
 from dml_onnx.conformance.metric import difference
 from dml_onnx.ops import OPERATORS_BY_NAME
@@ -68,7 +68,7 @@ def _directml(case: points.ProbeCase) -> tuple[str, list, dict]:
 @pytest.mark.parametrize("point, case", CASES)
 def test_the_spec_reading_is_the_reference_under_the_providers_mapping(point, case):
     op, inputs, attributes = _directml(case)
-    (want,) = OPERATORS_BY_NAME[op].run_reference(
+    (want,) = calls.run_reference(OPERATORS_BY_NAME[op],
         inputs, OPERATORS_BY_NAME[op].node_attributes(
             OPERATORS_BY_NAME[op].make_node([f"in{i}" for i in range(len(inputs))], ["Y"],
                                             **attributes)), case.name, [True])

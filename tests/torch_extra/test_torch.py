@@ -14,6 +14,7 @@ from torch.nn import functional
 from torchvision.ops import roi_align, roi_pool
 
 import dml_onnx.torch as dt
+from dml_onnx import calls
 from dml_onnx.ops import OPERATORS
 from dml_onnx.torch._ops import _EXACT_ROI_GRADIENT, OPS, arguments
 from tests._support.native import unraised_roi_aligns
@@ -38,7 +39,7 @@ EXAMPLES = [pytest.param(d, e, id=f"{d.name}-{e.name}")
 
 @pytest.mark.parametrize(("definition", "example"), EXAMPLES)
 def test_torch_operator_returns_what_the_kernel_returns(definition, example):
-    want = definition.run_kernel(list(example.inputs), {
+    want = calls.run_kernel(definition, list(example.inputs), {
         a.name: example.attributes.get(a.name, a.kernel_default) for a in definition.attributes},
         "torch", list(example.outputs))
     tensors = [None if a is None else torch.from_numpy(np.ascontiguousarray(a))
