@@ -255,6 +255,7 @@ def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
 
 
 _imports: dict[str, Future] = {}  # module name -> its import, started once
+_loaded: dict[str, ModuleType] = {}  # the imports done: read without a lock on every call
 _imports_lock = threading.Lock()
 
 
@@ -266,13 +267,17 @@ def compiled(name: str) -> ModuleType:
     at once, while the import goes on, where an interrupted import would leave numba
     half-loaded for the rest of the process. Every caller gets the module once its import is
     complete (``sys.modules`` holds it while it is still loading)."""
+    module = _loaded.get(name)
+    if module is not None:
+        return module
     with _imports_lock:
         loading = _imports.get(name)
         if loading is None:
             loading = _imports[name] = Future()
             threading.Thread(target=_import, args=(f"custom_ops.{name}", loading),
                              name="custom_ops-import", daemon=True).start()
-    return loading.result()
+    module = _loaded[name] = loading.result()
+    return module
 
 
 def _import(module: str, done: Future) -> None:
