@@ -1,6 +1,7 @@
-"""Failure behaviour: the catalogue of bad inputs (``tests/_support/bad_inputs.py``) through
-every layer a user meets, a child process that must survive every runtime case on both
-session paths, the memory limit, and concurrent mixed valid and invalid runs on one session."""
+"""Failure behaviour: the catalogue of bad inputs (``tests/_support/bad_inputs.py``, its rows in
+``bad_input_cases.py``) through every layer a user meets, a child process that must survive
+every runtime case on both session paths, the memory limit, and concurrent mixed valid and
+invalid runs on one session."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import dml_onnx
 from custom_ops import limits
 from dml_onnx import calls, cli
 from tests._support import bad_inputs
+from tests._support.bad_input_cases import CASES
 from tests._support.bad_inputs import (
     BUILD,
-    CASES,
     CHECK,
     CHECKER,
     LAYERS,
