@@ -1,6 +1,7 @@
 """What every test module may use: the ``cli`` fixture runs ``python -m dml_onnx`` and the
 ``python_child`` fixture runs Python code, each in a fresh interpreter at the project's root
-(never inheriting this process's state: loaded kernels, registered schemas, signal handlers)."""
+(never inheriting this process's state: loaded kernels, registered schemas, signal handlers);
+the ``schemas`` fixture registers the domain's schemas with onnx for a module's tests."""
 
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ def python_child() -> Run:
         return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                               capture_output=True, text=True, cwd=ROOT, timeout=timeout)
     return run
+
+
+@pytest.fixture(scope="module")
+def schemas() -> None:
+    """The domain's schemas registered with onnx (the checker and shape inference see the
+    operators); a module asks for it with ``pytestmark = pytest.mark.usefixtures("schemas")``."""
+    import dml_onnx
+    dml_onnx.register_schemas()

@@ -1,5 +1,6 @@
-"""Helpers of the tests, not tests: the catalogue of bad inputs (``bad_inputs``), its child
-process (``run_bad_inputs``), onnxruntime's native kernels as oracles (``native``)."""
+"""Helpers of the tests, not tests: the catalogue of bad inputs (``bad_inputs``, its rows in
+``bad_input_cases``), its child process (``run_bad_inputs``), onnxruntime's native kernels as
+oracles (``native``)."""
 
 from pathlib import Path
 

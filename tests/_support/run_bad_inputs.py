@@ -24,7 +24,8 @@ import onnxruntime as ort
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
-from tests._support.bad_inputs import CASES, RUN, BadInput, limited
+from tests._support.bad_input_cases import CASES
+from tests._support.bad_inputs import RUN, BadInput, limited
 from tests._support.native import assert_matches_reference
 
 

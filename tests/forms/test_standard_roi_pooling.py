@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import dml_onnx
 from dml_onnx.builders import single_node_model
 from dml_onnx.ops.roi_pooling import DEFINITION
-from tests.kernels.test_roi_pooling import spec_agrees_with_ort
+from tests.kernels._roi_pooling import spec_agrees_with_ort
 
 EXAMPLES = [e for e in DEFINITION.examples() if not e.error]
 NEWEST_OPSET = 26  # the newest default-domain opset onnxruntime 1.31 loads

@@ -21,9 +21,9 @@ from dml_onnx import calls
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as lp_pooling_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
-from tests.kernels.test_roi_align import ref_backward, ref_forward
-from tests.kernels.test_roi_pooling import reference as roi_pooling_reference
-from tests.kernels.test_unfold_fold import assert_fold_matches, random_array
+from tests.kernels._roi_align import ref_backward, ref_forward
+from tests.kernels._roi_pooling import reference as roi_pooling_reference
+from tests.kernels._unfold_fold import assert_fold_matches, random_array
 
 FLOAT_TYPES = [np.float16, np.float32, np.float64]
 INDEX_TYPES = [np.int64, np.int32, np.uint32, np.uint64]

@@ -2,13 +2,13 @@
 
 Oracles: the two DML seed examples, the plain references written from the spec formula
 (:mod:`dml_onnx.reference_ops`), onnxruntime's native Col2Im (opset 18) for Fold, and the adjoint
-identity between the two ops.
+identity between the two ops, on fixed cases and drawn geometries. Element types and errors are
+in ``test_unfold_fold_types_and_errors``; what both share in ``_unfold_fold``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -16,78 +16,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from custom_ops.fold import fold
-from custom_ops.fold import prepare as fold_check_attributes
-from custom_ops.unfold import prepare as unfold_check_attributes
 from custom_ops.unfold import unfold
 from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests._support.native import run_native
-
-INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
-FLOAT_TYPES = [np.float16, np.float32, np.float64]
-NUMERIC_TYPES = INT_TYPES + FLOAT_TYPES
-
-
-# ----------------------------------------------------------------------------------------------
-# Helpers.
-
-def _unravel(index: int, sizes: tuple[int, ...]) -> list[int]:
-    """Row-major multi-index of ``index`` in a grid of ``sizes``."""
-    out = []
-    for size in reversed(sizes):
-        out.append(index % size)
-        index //= size
-    return out[::-1]
-
-
-def _blocks(spatial, w, s, d, a, e) -> tuple[int, ...]:
-    return tuple((spatial[i] + a[i] + e[i] - d[i] * (w[i] - 1) - 1) // s[i] + 1
-                 for i in range(len(w)))
-
-
-def _wrap(total: int, dtype: np.dtype):
-    """An exact Python integer wrapped into ``dtype`` the way two's-complement addition wraps."""
-    info = np.iinfo(dtype)
-    modulus = 1 << info.bits
-    total %= modulus
-    if info.min < 0 and total > info.max:
-        total -= modulus
-    return total
-
-
-def attrs(w, s=(), d=(), a=(), e=()):
-    return dict(window_sizes=list(w), strides=list(s), dilations=list(d),
-                start_padding=list(a), end_padding=list(e))
-
-
-def filled(values, k, default):
-    return tuple(values) if values else (default,) * k
-
-
-def random_array(rng, shape, dtype):
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def fold_shape(n, c, w, s, d, a, e, out_size):
-    return (n, c * math.prod(w), math.prod(_blocks(out_size, w, s, d, a, e)))
-
-
-def assert_fold_matches(got, want):
-    assert got.dtype == want.dtype and got.shape == want.shape
-    if want.dtype.kind in "iu":
-        np.testing.assert_array_equal(got, want)
-    else:  # summation order may differ: rounding only
-        tol = {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-12}[want.dtype.type]
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
-                                   rtol=tol, atol=tol * 10)
-
+from tests.kernels._unfold_fold import (
+    NUMERIC_TYPES,
+    _blocks,
+    _unravel,
+    _wrap,
+    assert_fold_matches,
+    attrs,
+    filled,
+    fold_shape,
+    random_array,
+)
 
 # ----------------------------------------------------------------------------------------------
 # The two DML seed examples (seeds/unfold.es.txt), typed in from the seed page once, in
@@ -324,189 +268,6 @@ def test_adjoint_identity(dtype):
                           @ np.abs(y.astype(np.float64)).ravel())
             rel = 1e-2 if dtype == np.float16 else 1e-5
             assert abs(left - right) <= rel * scale + 1e-12
-
-
-# ----------------------------------------------------------------------------------------------
-# Element types.
-
-@pytest.mark.parametrize("dtype", [*NUMERIC_TYPES, np.bool_], ids=lambda t: np.dtype(t).name)
-def test_unfold_every_type_copies_exactly(dtype):
-    rng = np.random.default_rng(17)
-    x = random_array(rng, (2, 2, 5, 4), dtype)
-    if np.dtype(dtype).kind == "f":
-        x[0, 0, 0, :3] = [np.inf, -np.inf, np.nan]
-        x[0, 1, 1, 1] = -0.0
-    got = unfold(x, **attrs([2, 3], [1, 1], [2, 1], [1, 0], [0, 2]))
-    want = unfold_reference(x, **attrs([2, 3], [1, 1], [2, 1], [1, 0], [0, 2]))
-    assert got.dtype == np.dtype(dtype)
-    # bitwise: nan payloads, -0.0 and extreme integers survive unchanged
-    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-
-
-def test_unfold_bool_pads_with_false():
-    x = np.ones((1, 1, 2, 2), dtype=bool)
-    got = unfold(x, **attrs([2, 2], a=[1, 1], e=[1, 1]))
-    assert got.dtype == np.bool_
-    assert got.sum() == 4 * 4 and not got[0, 0, 0]  # first tap of the first block: padding
-
-
-@pytest.mark.parametrize("dtype", NUMERIC_TYPES, ids=lambda t: np.dtype(t).name)
-def test_fold_every_numeric_type(dtype):
-    rng = np.random.default_rng(18)
-    w, s, d, a, e, out = (2, 3), (1, 2), (2, 1), (1, 0), (0, 2), (6, 7)
-    y = random_array(rng, fold_shape(2, 2, w, s, d, a, e, out), dtype)
-    got = fold(y, **attrs(w, s, d, a, e), output_size=list(out))
-    assert got.dtype == np.dtype(dtype)
-    assert_fold_matches(got, fold_reference(y, **attrs(w, s, d, a, e), output_size=list(out)))
-
-
-@pytest.mark.parametrize("dtype", INT_TYPES, ids=lambda t: np.dtype(t).name)
-def test_fold_integers_wrap_around(dtype):
-    info = np.iinfo(dtype)
-    y = np.full((1, 4, 1), info.max, dtype=dtype)  # four taps of a 2x2 window on one pixel
-    got = fold(y, **attrs([2, 2], d=[1, 1]), output_size=[2, 2])
-    assert got.dtype == np.dtype(dtype)
-    np.testing.assert_array_equal(got, np.full((1, 1, 2, 2), info.max, dtype=dtype))
-    y = np.full((1, 3, 3), info.max, dtype=dtype)  # window 3 over size 3 + padding 1 + 1
-    got = fold(y, **attrs([3], a=[1], e=[1]), output_size=[3])
-    want = [_wrap(2 * int(info.max), dtype), _wrap(3 * int(info.max), dtype),
-            _wrap(2 * int(info.max), dtype)]
-    np.testing.assert_array_equal(got[0, 0], np.array(want, dtype=dtype))
-
-
-def test_fold_float16_accumulates_in_float32_and_rounds_once():
-    # Three taps land on the centre of a 1-D output: 2048 + 1 + 1. Summed in float16 this is
-    # 2048 (2049 rounds to even at each step); in float32 it is 2050, exactly representable.
-    y = np.array([[[0, 0, 2048], [0, 1, 0], [1, 0, 0]]], dtype=np.float16)
-    got = fold(y, **attrs([3]), output_size=[5])
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got[0, 0], np.array([0, 0, 2050, 0, 0], np.float16))
-    # An intermediate sum beyond float16's range (120000) does not saturate to inf.
-    y = np.array([[[0, 0, 60000], [0, 60000, 0], [-60000, 0, 0]]], dtype=np.float16)
-    np.testing.assert_array_equal(fold(y, **attrs([3]), output_size=[5])[0, 0],
-                                  np.array([0, 0, 60000, 0, 0], np.float16))
-    # A final sum beyond float16's range becomes inf at the one rounding.
-    y = np.full((1, 2, 2), 60000.0, dtype=np.float16)
-    got = fold(y, **attrs([2]), output_size=[3])
-    np.testing.assert_array_equal(got[0, 0], np.array([60000.0, np.inf, 60000.0], np.float16))
-
-
-# ----------------------------------------------------------------------------------------------
-# Errors: ValueError naming op, node, field and value.
-
-def raises_kernel_error(op, node, field, value):
-    return pytest.raises(ValueError, match=re.escape(f"{op} '{node}': {field} {value}"))
-
-
-def raises_block_count_error(op, node):
-    """The block-count field is worded by the shared helper: the caller checks its parts."""
-    return pytest.raises(ValueError, match=rf"^{op} '{node}': .* 0 is below 1")
-
-
-UNFOLD_ATTRIBUTE_ERRORS = [
-    # (attribute overrides, field, value shown)
-    (dict(window_sizes=[]), "window_sizes", "[]"),
-    (dict(window_sizes=[1] * 7), "window_sizes", "[1, 1, 1, 1, 1, 1, 1]"),
-    (dict(window_sizes=[2, 0]), "window_sizes[1]", "0"),
-    (dict(window_sizes=[-1, 2]), "window_sizes[0]", "-1"),
-    (dict(strides=[1]), "strides", "[1]"),
-    (dict(strides=[1, 0]), "strides[1]", "0"),
-    (dict(dilations=[1, 1, 1]), "dilations", "[1, 1, 1]"),
-    (dict(dilations=[0, 1]), "dilations[0]", "0"),
-    (dict(start_padding=[0]), "start_padding", "[0]"),
-    (dict(start_padding=[0, -1]), "start_padding[1]", "-1"),
-    (dict(end_padding=[1, 1, 1]), "end_padding", "[1, 1, 1]"),
-    (dict(end_padding=[-2, 0]), "end_padding[0]", "-2"),
-]
-
-
-@pytest.mark.parametrize("override, field, value", UNFOLD_ATTRIBUTE_ERRORS)
-def test_unfold_attribute_errors(override, field, value):
-    kw = {**attrs([2, 2]), **override}
-    with raises_kernel_error("Unfold", "u1", field, value):
-        unfold_check_attributes(node="u1", **kw)
-    x = np.zeros((1, 1, 4, 4), np.float32) if len(kw["window_sizes"]) == 2 else \
-        np.zeros((1, 1) + (2,) * len(kw["window_sizes"]), np.float32)
-    with raises_kernel_error("Unfold", "u1", field, value):
-        unfold(x, node="u1", **kw)
-
-
-@pytest.mark.parametrize("override, field, value", UNFOLD_ATTRIBUTE_ERRORS)
-def test_fold_attribute_errors(override, field, value):
-    kw = {**attrs([2, 2]), **override, "output_size": [4, 4]}
-    if len(kw["window_sizes"]) != 2 and kw["window_sizes"]:
-        kw["output_size"] = [4] * len(kw["window_sizes"])
-    with raises_kernel_error("Fold", "f1", field, value):
-        fold_check_attributes(node="f1", **kw)
-    with raises_kernel_error("Fold", "f1", field, value):
-        fold(np.zeros((1, 4, 9), np.float32), node="f1", **kw)
-
-
-def test_unfold_block_count_below_one():
-    x = np.zeros((1, 1, 4, 3), np.float32)
-    with raises_block_count_error("Unfold", "u2") as info:
-        unfold(x, node="u2", **attrs([2, 3], d=[1, 2]))
-    assert "block count" in str(info.value) and "axis 1" in str(info.value)
-    with raises_block_count_error("Unfold", "u2") as info:
-        unfold(x, node="u2", **attrs([6, 1], a=[1, 0]))
-    assert "block count" in str(info.value) and "axis 0" in str(info.value)
-    # exactly one block is fine
-    assert unfold(x, node="u2", **attrs([5, 1], a=[1, 0])).shape == (1, 5, 3)
-
-
-def test_unfold_rank_and_type_errors():
-    with raises_kernel_error("Unfold", "u3", "X rank", "3"):
-        unfold(np.zeros((1, 1, 4), np.float32), node="u3", **attrs([2, 2]))
-    with raises_kernel_error("Unfold", "u3", "X rank", "5"):
-        unfold(np.zeros((1, 1, 4, 4, 4), np.float32), node="u3", **attrs([2, 2]))
-    with raises_kernel_error("Unfold", "u3", "X element type", "'complex64'"):
-        unfold(np.zeros((1, 1, 4, 4), np.complex64), node="u3", **attrs([2, 2]))
-    with raises_kernel_error("Unfold", "u3", "X element type", "'str"):
-        unfold(np.full((1, 1, 4, 4), "a"), node="u3", **attrs([2, 2]))
-
-
-def test_fold_output_size_errors():
-    for output_size, field, value in (([4], "output_size", "[4]"),
-                                      ([4, 4, 4], "output_size", "[4, 4, 4]"),
-                                      ([], "output_size", "[]"),
-                                      ([4, -1], "output_size[1]", "-1")):
-        with raises_kernel_error("Fold", "f2", field, value):
-            fold_check_attributes(node="f2", **attrs([2, 2]), output_size=output_size)
-        with raises_kernel_error("Fold", "f2", field, value):
-            fold(np.zeros((1, 4, 9), np.float32), node="f2", **attrs([2, 2]),
-                 output_size=output_size)
-
-
-def test_fold_block_count_below_one():
-    kw = attrs([3, 2], d=[2, 1]) | {"output_size": [4, 4]}
-    for call in (lambda: fold_check_attributes(node="f3", **kw),
-                 lambda: fold(np.zeros((1, 6, 3), np.float32), node="f3", **kw)):
-        with raises_block_count_error("Fold", "f3") as info:
-            call()
-        assert "block count" in str(info.value) and "axis 0" in str(info.value)
-
-
-def test_fold_shape_and_type_errors():
-    kw = attrs([2, 2]) | {"output_size": [4, 4]}  # 4 taps, 9 blocks
-    with raises_kernel_error("Fold", "f4", "X dim 2", "8"):
-        fold(np.zeros((1, 4, 8), np.float32), node="f4", **kw)
-    with raises_kernel_error("Fold", "f4", "X dim 1", "6"):
-        fold(np.zeros((1, 6, 9), np.float32), node="f4", **kw)
-    with raises_kernel_error("Fold", "f4", "X rank", "4"):
-        fold(np.zeros((1, 1, 4, 9), np.float32), node="f4", **kw)
-    with raises_kernel_error("Fold", "f4", "X rank", "2"):
-        fold(np.zeros((4, 9), np.float32), node="f4", **kw)
-    with raises_kernel_error("Fold", "f4", "X element type", "'bool'"):
-        fold(np.zeros((1, 4, 9), bool), node="f4", **kw)
-    with raises_kernel_error("Fold", "f4", "X element type", "'complex128'"):
-        fold(np.zeros((1, 4, 9), np.complex128), node="f4", **kw)
-
-
-def test_valid_attributes_pass_the_checks():
-    unfold_check_attributes(node="u", window_sizes=[3] * 6, strides=[], dilations=[],
-                            start_padding=[], end_padding=[])
-    fold_check_attributes(node="f", window_sizes=[1], strides=[2], dilations=[3],
-                          start_padding=[0], end_padding=[4], output_size=[1])
 
 
 # ----------------------------------------------------------------------------------------------

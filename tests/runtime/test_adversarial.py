@@ -1,59 +1,33 @@
 """What a hostile user tries beyond the catalogue of bad inputs
-(``tests/_support/bad_inputs.py``): models that reach the binding's private domain, interrupts
-and exits inside kernels, chains of failing nodes, onnxruntime's other run methods, extreme
-but valid attributes, invalid opset imports and nesting, and value names that look like the
-binding's own. Whatever could end the process runs in a child process."""
+(``tests/_support/bad_inputs.py``), through models and the binding: models that reach the
+binding's private domain, chains of failing nodes, onnxruntime's other run methods, extreme
+but valid attributes, invalid opset imports and nesting, value names that look like the
+binding's own, the memory limit on float16 outputs, and bounded work. Interrupts, signals,
+exits and numba's cache are in ``test_adversarial_processes``; files that are not models in
+``test_adversarial_files``. Whatever could end the process runs in a child process."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 import threading
-from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from onnxruntime_extensions import get_library_path
 
 import dml_onnx
 import dml_onnx.conformance
-from dml_onnx import cli
 from tests._support.native import assert_matches_reference
-
-ROOT = Path(__file__).resolve().parents[2]
-INT64_MAX = (1 << 63) - 1
-
-
-def child(code: str, timeout: float = 120) -> str:
-    """Run ``code`` in a fresh interpreter; its stdout (it must exit 0, not crash)."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout)
-    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
-    return done.stdout
-
-
-def plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(get_library_path())
-    options.log_severity_level = 4
-    return ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
-
-
-def tensor(name: str, shape: list | None = None, elem: int = TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-POOL = dml_onnx.make_model(
-    [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
-    [tensor("X", [1, 1, 4, 4]), tensor("rois", ["R", 5])], [tensor("Y", ["R", 1, 2, 2])])
-X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
-ROIS = np.array([[0, 0, 0, 3, 3]], np.float32)
+from tests.runtime._adversarial import (
+    INT64_MAX,
+    POOL,
+    ROIS,
+    X,
+    child,
+    plain_session,
+    tensor,
+)
 
 
 # ------------------------------------------------------------------ the private runtime domain
@@ -83,107 +57,6 @@ def test_private_domain_nodes_are_refused_before_their_config_is_read():
     assert len(lines) == 3
     for line in lines:
         assert line.startswith("RoiPooling_float 'crafted': domain dml_onnx.runtime is private")
-
-
-# ------------------------------------------------------------------ interrupts and exits
-@pytest.mark.parametrize("stop", ["KeyboardInterrupt()", "SystemExit(3)"])
-def test_an_interrupt_or_exit_inside_a_kernel_comes_out_of_run_as_itself(stop):
-    out = child(f"""
-        import numpy as np
-        import dml_onnx
-        from tests.runtime.test_adversarial import POOL, ROIS, X
-        definition = dml_onnx.OPERATORS_BY_NAME["RoiPooling"]
-        prepare, stop = definition.prepare, [True]
-        def stopping(**attributes):
-            kernel = prepare(**attributes)
-            def run(*inputs):
-                if stop[0]:
-                    raise {stop}
-                return kernel(*inputs)
-            return run
-        object.__setattr__(definition, "prepare", stopping)
-        session = dml_onnx.InferenceSession(POOL)
-        try:
-            session.run(None, {{"X": X, "rois": ROIS}})
-        except BaseException as error:
-            print(type(error).__name__)
-        stop[0] = False
-        print(session.run(None, {{"X": X, "rois": ROIS}})[0].ravel().tolist())
-    """)
-    assert out.split() == [stop.split("(")[0], "[5.0,", "7.0,", "13.0,", "15.0]"]
-
-
-@pytest.mark.parametrize("warm", [False, True])
-def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working(warm):
-    """Cold: the signal lands while the first call imports numba and the compiled loops (an
-    interrupted import would leave numba half-loaded). Warm (the loops loaded by a first
-    small run): it lands while the kernel computes."""
-    out = child(f"""
-        import signal
-        import numpy as np
-        from onnx import TensorProto, helper
-        import dml_onnx
-        def interrupt(*args):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        model = dml_onnx.make_model(
-            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[32, 32], name="pool")],
-            [helper.make_tensor_value_info("X", 1, [1, 64, "H", "W"]),
-             helper.make_tensor_value_info("rois", 1, ["R", 5])],
-            [helper.make_tensor_value_info("Y", 1, None)])
-        session = dml_onnx.InferenceSession(model)
-        X = np.ones((1, 64, 512, 512), np.float32)
-        rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (200, 1))
-        if {warm}:
-            session.run(None, {{"X": X[:, :, :4, :4].copy(), "rois": rois[:8]}})
-        signal.setitimer(signal.ITIMER_REAL, {0.2 if warm else 0.02})
-        try:
-            session.run(None, {{"X": X, "rois": rois}})
-            print("finished")
-        except KeyboardInterrupt:
-            print("interrupted")
-        print(session.run(None, {{"X": X[:, :, :4, :4].copy(), "rois": rois[:1]}})[0].shape)
-    """)
-    assert out.split() == ["interrupted", "(1,", "64,", "32,", "32)"]
-
-
-def test_a_signal_while_a_loop_compiles_waits_for_the_compiler_and_the_loop_works():
-    """A signal whose handler raises, landing inside numba's compiler on the calling thread
-    (a loop's first call with new types, cache empty): the handler runs once the compiler is
-    done, and the loop works afterwards (an exception raised inside the compiler left it
-    broken for the process: "no compiled object yet")."""
-    out = child("""
-        import os, signal, tempfile
-        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
-        import numpy as np
-        from numba.core import event
-        from onnx import helper
-        import dml_onnx
-        def interrupt(*args):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        class Alarm(event.Listener):  # a signal in the middle of every compilation
-            def on_start(self, ev):
-                signal.raise_signal(signal.SIGALRM)
-            def on_end(self, ev):
-                pass
-        event.register("numba:compile", Alarm())
-        model = dml_onnx.make_model(
-            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
-            [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
-             helper.make_tensor_value_info("rois", 1, ["R", 5])],
-            [helper.make_tensor_value_info("Y", 1, None)])
-        session = dml_onnx.InferenceSession(model)
-        feeds = {"X": np.ones((1, 1, 8, 8), np.float32),
-                 "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}
-        try:
-            session.run(None, feeds)
-            print("finished")
-        except KeyboardInterrupt:
-            print("interrupted")
-        print(session.run(None, feeds)[0].tolist())
-    """, timeout=300)
-    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
 
 
 # ------------------------------------------------------------------ chains and run methods
@@ -324,74 +197,6 @@ def test_value_names_like_the_bindings_own_do_not_clash(where):
         assert np.array_equal(Y, X.reshape(1, 1, 16))
 
 
-# ------------------------------------------------------------------ files that are not models
-@pytest.fixture
-def not_models(tmp_path):
-    """A file of each kind that is not a model, and the name its error must show."""
-    (tmp_path / "empty.onnx").write_bytes(b"")
-    (tmp_path / "random.onnx").write_bytes(np.random.default_rng(5).bytes(3000))
-    (tmp_path / "text.onnx").write_bytes(b"ir_version: 10\n")  # parses, holds no graph
-    (tmp_path / "latin1.onnx").write_bytes(POOL.SerializeToString().replace(b"pool", b"p\xf6l\xff"))
-    (tmp_path / "folder.onnx").mkdir()
-    os.mkfifo(tmp_path / "fifo.onnx")
-    return tmp_path, ["empty.onnx", "random.onnx", "text.onnx", "latin1.onnx", "folder.onnx",
-                      "fifo.onnx", "missing.onnx"]
-
-
-@pytest.mark.parametrize("verb", [["check"], ["lower"], ["raise"], ["conformance", "run"]])
-def test_every_command_gives_one_line_and_a_nonzero_exit_for_a_file_that_is_not_a_model(
-        verb, not_models, capsys):
-    folder, names = not_models
-    for name in names:
-        path = folder / name
-        if verb == ["conformance", "run"]:  # a case folder holding the file as its model
-            case = folder / f"suite_{name}" / "test_case"
-            (case / "test_data_set_0").mkdir(parents=True)
-            onnx.save_tensor(onnx.numpy_helper.from_array(X, "Y"),
-                             case / "test_data_set_0" / "output_0.pb")
-            if path.is_file():
-                (case / "model.onnx").write_bytes(path.read_bytes())
-            path = case.parent
-        args = [*verb, str(path)] + ([str(folder / "out.onnx")] if verb[0] in ("lower", "raise")
-                                     else [])
-        status = cli.main(args)
-        out, err = capsys.readouterr()
-        assert status != 0, (verb, name)
-        assert "Traceback" not in out + err
-        problems = [line for line in (out + err).splitlines() if name in line or "test_case"
-                    in line]
-        assert problems, (verb, name, out, err)
-
-
-def test_reading_a_fifo_never_blocks():
-    out = child("""
-        import os, tempfile
-        import dml_onnx
-        folder = tempfile.mkdtemp()
-        os.mkfifo(os.path.join(folder, "model.onnx"))
-        print(dml_onnx.check_model(os.path.join(folder, "model.onnx")))
-        try:
-            dml_onnx.InferenceSession(os.path.join(folder, "model.onnx"))
-        except ValueError as error:
-            print(error)
-    """, timeout=60)
-    assert out.count("is not a regular file") == 2
-
-
-def test_a_case_without_expected_outputs_fails(tmp_path):
-    case = tmp_path / "test_unfold_no_outputs"
-    (case / "test_data_set_0").mkdir(parents=True)
-    onnx.save(dml_onnx.make_model([dml_onnx.unfold("X", "Y", window_sizes=[1], name="u")],
-                                  [tensor("X", [1, 1, 2])], [tensor("Y", [1, 1, 2])]),
-              case / "model.onnx")
-    onnx.save_tensor(onnx.numpy_helper.from_array(np.ones((1, 1, 2), np.float32), "X"),
-                     case / "test_data_set_0" / "input_0.pb")
-    (outcome,) = dml_onnx.conformance.run_suite(tmp_path)
-    assert not outcome.passed
-    assert outcome.problems == (f"{case / 'test_data_set_0'} holds no expected output "
-                                "(output_*.pb)",)
-
-
 # ------------------------------------------------------------------ the memory limit and float16
 @pytest.mark.parametrize("limit", [16 * 2 - 1, 16 * 2, 16 * 4 - 1, 16 * 4])
 def test_check_model_and_run_agree_on_a_float16_output_at_the_memory_limit(limit):
@@ -511,7 +316,7 @@ def test_a_crafted_runtime_node_with_a_config_that_is_not_utf8_fails_without_end
         from onnx import TensorProto, helper, numpy_helper
         import dml_onnx
         from dml_onnx.definition import RUNTIME_DOMAIN
-        from tests.runtime.test_adversarial import POOL, ROIS, X
+        from tests.runtime._adversarial import POOL, ROIS, X
         model = dml_onnx.to_runtime_model(POOL)
         (config,) = [n for n in model.graph.node if n.op_type == "Constant"
                      and n.output[0].endswith("_config")]
@@ -536,87 +341,3 @@ def test_a_crafted_runtime_node_with_a_config_that_is_not_utf8_fails_without_end
     """)
     assert "refused:" in out and "alive: [ 5.  7. 13. 15.]" in out, out
     assert "RoiPooling '<unreadable config>': kernel 'UnicodeDecodeError' raised" in out, out
-
-
-# ------------------------------------------------------------------ numba's cache and threads
-_LP_POOL = """
-import warnings
-warnings.simplefilter("always")
-import numpy as np
-from custom_ops.lp_pooling import lp_pooling
-X = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) / 100
-Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1], start_padding=[0, 0],
-               end_padding=[0, 0], p=2, node="n")
-print(f"sum {float(Y.sum()):.4f}")
-"""
-
-
-def _child_with(code: str, **environment: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300, env={**os.environ, **environment})
-    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
-    return done
-
-
-def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path):
-    """Empty index files and garbage data files (a full disk, a killed writer): the next
-    process warns, compiles afresh and repairs the cache; the one after reads it silently."""
-    cache = str(tmp_path / "numba")
-    want = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache).stdout
-    files = sorted(Path(cache).rglob("*.nb[ic]"))
-    assert files
-    for path in files:
-        path.write_bytes(b"" if path.suffix == ".nbi" else b"garbage")
-    damaged = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
-    assert damaged.stdout == want
-    assert "cannot be read (EOFError: Ran out of input); it is compiled afresh" in \
-        damaged.stderr
-    repaired = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
-    assert repaired.stdout == want and "cannot be read" not in repaired.stderr
-
-
-def test_without_a_place_for_numbas_cache_the_kernels_compile_and_say_so_once():
-    """A read-only install and no writable home: numba finds no place for a cache ("no
-    locator available"), which failed every compiled kernel."""
-    done = _child_with(textwrap.dedent("""
-        import numba.core.caching as caching
-        def read_only(self):
-            raise PermissionError(13, "Read-only file system", self.get_cache_path())
-        caching._CacheLocator.ensure_cache_path = read_only
-    """) + _LP_POOL)
-    assert done.stdout.startswith("sum ")
-    assert done.stderr.count("numba has no place for its cache") == 1, done.stderr
-
-
-def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue():
-    """numba's workqueue threading layer (where neither OpenMP nor TBB is there) ends the
-    process when two threads launch parallel code at once; the kernels then split their
-    bands over threads of their own."""
-    done = _child_with("""
-        import threading
-        import numba
-        import numpy as np
-        from custom_ops.lp_pooling import lp_pooling
-        @numba.njit(parallel=True, nogil=True)
-        def theirs(a):
-            total = 0.0
-            for i in numba.prange(a.size):
-                total += np.sin(a[i])
-            return total
-        values = np.linspace(0, 1, 1 << 20)
-        theirs(values)
-        stop = []
-        def loop():
-            while not stop:
-                theirs(values)
-        thread = threading.Thread(target=loop)
-        thread.start()
-        X = np.linspace(-1, 1, 8 * 64 * 56 * 56, dtype=np.float32).reshape(8, 64, 56, 56)
-        for _ in range(20):
-            Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1],
-                           start_padding=[1, 1], end_padding=[1, 1], p=2, node="n")
-        stop.append(True)
-        thread.join()
-        print(numba.threading_layer(), Y.shape)
-    """, NUMBA_THREADING_LAYER="workqueue")
-    assert done.stdout.split()[0] == "workqueue"

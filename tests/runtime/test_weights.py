@@ -1,70 +1,23 @@
 """Models without their weights (dml_onnx.runtime.weights): every initializer either becomes a stub
 whose array holds exactly its values, or stays in the model as it was; whatever the source
-(path, bytes, ModelProto), wire layout or damage."""
+(path, bytes, ModelProto), wire layout or damage. Sessions built on the split, and the files
+they read, are in ``test_weights_sessions``."""
 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.runtime.weights import _FileData, load_without_weights, serialized_with_weights
-
-RNG = np.random.default_rng(11)
-FOLDER_KEY = "session.model_external_initializers_file_folder_path"
-BIG = WEIGHT_ELEMENTS + 1
-
-
-def _tensor(name: str, array: np.ndarray, *, raw: bool = True) -> TensorProto:
-    tensor = numpy_helper.from_array(array, name)
-    if not raw:  # the typed field (float_data, int64_data ...) instead of raw_data
-        tensor = helper.make_tensor(name, tensor.data_type, array.shape, array.reshape(-1))
-    return tensor
-
-
-def _initializers() -> list[TensorProto]:
-    """One of each kind: handed over, or kept for a reason named in its name."""
-    bfloat16 = helper.make_tensor("kept_bfloat16", TensorProto.BFLOAT16, [BIG],
-                                  RNG.integers(0, 2 ** 16, BIG, dtype=np.uint16).tobytes(),
-                                  raw=True)
-    wrong_size = _tensor("kept_wrong_size", np.ones(BIG, np.float32))
-    wrong_size.raw_data = wrong_size.raw_data[:-4]
-    return [
-        _tensor("f32", RNG.standard_normal((BIG // 4 + 1, 4)).astype(np.float32)),
-        _tensor("f64", RNG.standard_normal(BIG)),
-        _tensor("f16", RNG.standard_normal(BIG).astype(np.float16)),
-        _tensor("i64", RNG.integers(-2 ** 62, 2 ** 62, BIG)),
-        _tensor("u8", RNG.integers(0, 255, (3, BIG), dtype=np.uint8)),
-        _tensor("flag", RNG.random(BIG) < 0.5),
-        _tensor("typed_f32", RNG.standard_normal(BIG).astype(np.float32), raw=False),
-        _tensor("kept_small", RNG.standard_normal(WEIGHT_ELEMENTS).astype(np.float32)),
-        _tensor("kept_small_many_bytes", RNG.standard_normal(WEIGHT_ELEMENTS)),
-        helper.make_tensor("kept_strings", TensorProto.STRING, [BIG], [b"a"] * BIG),
-        bfloat16, wrong_size,
-    ]
-
-
-def _model(initializers: list[TensorProto]) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("Identity", [t.name], [f"out_{t.name}"]) for t in initializers],
-        "weights", [], [helper.make_tensor_value_info(f"out_{t.name}", t.data_type, None)
-                        for t in initializers], initializer=initializers, doc_string="kept")
-    model = dml_onnx.make_model([], [], [])
-    model.graph.CopyFrom(graph)
-    model.producer_name = "tests"
-    helper.set_model_props(model, {"key": "value"})
-    return model
+from dml_onnx.runtime.weights import load_without_weights, serialized_with_weights
+from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor
 
 
 def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
@@ -114,114 +67,6 @@ def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_k
     light, arrays = load_without_weights(given_as)
     assert sorted(arrays) == ["f16", "f32", "f64", "flag", "i64", "typed_f32", "u8"]
     _check_split(model, light, arrays)
-
-
-@pytest.mark.parametrize("options", [False, True])
-def test_a_session_on_bytes_gives_what_plain_onnxruntime_gives(options, tmp_path):
-    """Without options the weights reach onnxruntime as arrays, with the caller's options
-    inside the serialized model (its options must not keep them)."""
-    initializers = [t for t in _initializers()  # numpy has no bfloat16 output
-                    if t.name not in ("kept_wrong_size", "kept_bfloat16")]
-    model = _model(initializers)
-    path = tmp_path / "model.onnx"
-    onnx.save(model, path)
-    given = ort.SessionOptions() if options else None
-    session = dml_onnx.InferenceSession(path.read_bytes(), given)
-    assert len(session._weights) == (0 if options else 7)
-    if given is not None:  # the options hold no initializer: they make a second session
-        dml_onnx.InferenceSession(path.read_bytes(), given)
-    plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for got, want in zip(session.run(None, {}), plain.run(None, {}), strict=True):
-        assert np.array_equal(got, want)
-
-
-_LIVE = """
-import os, sys, numpy as np, onnx, onnxruntime
-import dml_onnx
-path, how, other, options = sys.argv[1:]
-source = f"/proc/self/fd/{os.open(path, os.O_RDONLY)}" if how == "fd" else path
-session = dml_onnx.InferenceSession(source, onnxruntime.SessionOptions() if options else None)
-before = session.run(None, {})
-data = open(path, "rb").read()
-if how == "truncate":
-    os.truncate(path, 100)
-elif how == "overwrite":  # the same file, other bytes
-    with open(path, "r+b") as f:
-        f.write(bytes(b ^ 0x55 for b in data))
-elif how == "replace":  # onnx.save over it
-    onnx.save(onnx.load(other), path)
-elif how == "delete":
-    os.remove(path)
-after = session.run(None, {})
-print(all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)))
-"""
-
-
-@pytest.mark.parametrize("how", ["truncate", "overwrite", "replace", "delete", "fd"])
-@pytest.mark.parametrize("options", [False, True])
-def test_a_live_session_does_not_depend_on_its_file(how, options, tmp_path):
-    """After creation the session's outputs are its own: the file cut short, overwritten in
-    place, replaced by another model or deleted changes nothing (a memory-mapped file would
-    end the process with SIGBUS or change the outputs); a /proc/self/fd path opens the
-    file itself."""
-    initializers = [t for t in _initializers() if t.name not in ("kept_wrong_size",
-                                                                 "kept_bfloat16")]
-    path, other = tmp_path / "model.onnx", tmp_path / "other.onnx"
-    onnx.save(_model(initializers), path)
-    onnx.save(_model([_tensor(t.name, np.zeros(BIG, np.float32)) for t in initializers
-                      if t.data_type == TensorProto.FLOAT]), other)
-    done = subprocess.run([sys.executable, "-c", _LIVE, str(path), how, str(other),
-                           "1" if options else ""], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "True"
-
-
-@pytest.mark.parametrize("options", [False, True])
-@pytest.mark.parametrize("link", [False, True])
-def test_a_session_on_a_file_owns_its_weights_and_leaves_the_options_as_they_were(
-        options, link, tmp_path):
-    """The weights are read once into the session's arrays (or, with the caller's options,
-    into the serialized model); the caller's options gain no entry that would steer a later
-    session (a folder to read weights from)."""
-    initializers = [t for t in _initializers()  # numpy has no bfloat16 output
-                    if t.name not in ("kept_wrong_size", "kept_bfloat16")]
-    (tmp_path / "a").mkdir()
-    onnx.save(_model(initializers), tmp_path / "a" / "model.onnx")
-    path = tmp_path / "a" / "model.onnx"
-    if link:
-        (tmp_path / "b").mkdir()
-        (tmp_path / "b" / "link.onnx").symlink_to(path)
-        path = tmp_path / "b" / "link.onnx"
-    given = ort.SessionOptions() if options else None
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {})
-    session = dml_onnx.InferenceSession(path, given)
-    assert len(session._weights) == (0 if options else 7)
-    for got, value in zip(session.run(None, {}), want, strict=True):
-        assert np.array_equal(got, value)
-    if given is not None:
-        with pytest.raises(RuntimeError):
-            given.get_session_config_entry(FOLDER_KEY)
-
-
-def test_a_file_changed_while_it_is_read_is_refused(tmp_path, monkeypatch):
-    """A file written while the session reads it (its graph and weights may not fit) is
-    refused with OSError naming it, never read half old, half new."""
-    import dml_onnx.runtime.weights as weights
-    path = tmp_path / "model.onnx"
-    onnx.save(_model(_initializers()[:3]), path)
-    take = weights._take_values
-
-    def write_meanwhile(*args):
-        with open(path, "r+b") as f:
-            f.seek(os.path.getsize(path) - 4)
-            f.write(b"\0\0\0\0")
-        os.utime(path, ns=(1, 1))  # a coarse clock: the change shows in the time too
-        return take(*args)
-
-    monkeypatch.setattr(weights, "_take_values", write_meanwhile)
-    with pytest.raises(OSError, match="model.onnx changed while it was read"):
-        load_without_weights(path)
 
 
 def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
@@ -319,44 +164,12 @@ def test_damaged_bytes_raise_what_load_model_raises_or_parse_alike(cut, flip, by
     _check_split(want, light, arrays)
 
 
-def test_files_that_are_not_models_fail_the_session_naming_the_file(tmp_path):
-    (tmp_path / "empty.onnx").write_bytes(b"")
-    (tmp_path / "random.onnx").write_bytes(np.random.default_rng(5).bytes(3000))
-    (tmp_path / "text.onnx").write_bytes(b"ir_version: 10\n")
-    (tmp_path / "folder.onnx").mkdir()
-    os.mkfifo(tmp_path / "fifo.onnx")
-    for name in ("empty.onnx", "random.onnx", "text.onnx", "folder.onnx", "fifo.onnx"):
-        with pytest.raises(ValueError, match=str(tmp_path / name)):
-            dml_onnx.InferenceSession(tmp_path / name)
-        if (tmp_path / name).is_file():
-            with pytest.raises(ValueError, match="bytes"):
-                dml_onnx.InferenceSession((tmp_path / name).read_bytes())
-    with pytest.raises(OSError):
-        dml_onnx.InferenceSession(tmp_path / "missing.onnx")
-
-
 def test_a_text_format_file_loads_as_onnx_load_loads_it(tmp_path):
     model = _model(_initializers()[:2])
     onnx.save(model, tmp_path / "model.onnxtxt")
     light, arrays = load_without_weights(tmp_path / "model.onnxtxt")
     _check_split(onnx.load(tmp_path / "model.onnxtxt"), light, arrays)
     assert sorted(arrays) == ["f32", "f64"]
-
-
-def test_a_file_cut_short_while_it_is_read_raises_and_a_truncated_one_is_no_model(tmp_path):
-    """Reads, not a memory mapping: a file that shrinks under the split raises OSError (a
-    mapping would end the process with SIGBUS); one cut short before is not a model."""
-    path = tmp_path / "model.onnx"
-    onnx.save(_model(_initializers()[:3]), path)
-    data = path.read_bytes()
-    with _FileData(path) as reader:
-        assert reader[5] == data[5] and reader.read(10, 20) == data[10:30]
-        os.truncate(path, len(data) // 2)
-        with pytest.raises(OSError, match="ended at byte"):
-            reader.read_into(np.empty(len(data) - 100, np.uint8), 100)
-    path.write_bytes(data[:len(data) // 2])
-    with pytest.raises(ValueError, match="is not an ONNX model"):
-        load_without_weights(path)
 
 
 def test_negative_dims_keep_the_tensor_in_the_model():
@@ -369,36 +182,6 @@ def test_negative_dims_keep_the_tensor_in_the_model():
         light, arrays = load_without_weights(source)
         assert arrays == {}
         _check_split(model, light, arrays)
-
-
-def _same_outcome(path, **kwargs) -> None:
-    """dml_onnx's session on ``path`` gives what plain onnxruntime gives, or both refuse."""
-    try:
-        want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {})
-    except Exception:  # noqa: BLE001 - plain onnxruntime refuses: so must we
-        with pytest.raises(Exception):  # noqa: B017
-            dml_onnx.InferenceSession(path, **kwargs).run(None, {})
-        return
-    got = dml_onnx.InferenceSession(path, **kwargs).run(None, {})
-    for g, w in zip(got, want, strict=True):
-        assert np.array_equal(g, w)
-
-
-@pytest.mark.parametrize("options", [False, True])
-def test_duplicate_names_and_stale_external_data_entries_give_plain_onnxruntimes_answer(
-        options, tmp_path):
-    """Two initializers of one name; an initializer whose values are in the model but
-    whose external_data entries (data_location DEFAULT) were left behind."""
-    duplicated = _model([_tensor("same", np.zeros(BIG, np.float32)),
-                         _tensor("same", np.ones(BIG, np.float32))])
-    del duplicated.graph.node[1:], duplicated.graph.output[1:]
-    stale = _model([_tensor("values", RNG.standard_normal(BIG).astype(np.float32))])
-    for key, value in (("location", "gone.bin"), ("offset", "0"), ("length", "12")):
-        stale.graph.initializer[0].external_data.add(key=key, value=value)
-    for name, model in (("duplicated", duplicated), ("stale", stale)):
-        onnx.save(model, tmp_path / f"{name}.onnx")
-        _same_outcome(tmp_path / f"{name}.onnx",
-                      sess_options=ort.SessionOptions() if options else None)
 
 
 def test_unpacked_repeated_values_are_walked_without_listing_them(tmp_path):

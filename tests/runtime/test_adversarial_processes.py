@@ -1,0 +1,201 @@
+"""What a hostile user tries against the process around the kernels: an interrupt or exit
+raised inside a kernel, signals during a kernel and while a loop compiles, a damaged or
+missing numba cache, and the application's own parallel numba code beside the kernels. Each
+runs in a child process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.runtime._adversarial import ROOT, child
+
+
+# ------------------------------------------------------------------ interrupts and exits
+@pytest.mark.parametrize("stop", ["KeyboardInterrupt()", "SystemExit(3)"])
+def test_an_interrupt_or_exit_inside_a_kernel_comes_out_of_run_as_itself(stop):
+    out = child(f"""
+        import numpy as np
+        import dml_onnx
+        from tests.runtime._adversarial import POOL, ROIS, X
+        definition = dml_onnx.OPERATORS_BY_NAME["RoiPooling"]
+        prepare, stop = definition.prepare, [True]
+        def stopping(**attributes):
+            kernel = prepare(**attributes)
+            def run(*inputs):
+                if stop[0]:
+                    raise {stop}
+                return kernel(*inputs)
+            return run
+        object.__setattr__(definition, "prepare", stopping)
+        session = dml_onnx.InferenceSession(POOL)
+        try:
+            session.run(None, {{"X": X, "rois": ROIS}})
+        except BaseException as error:
+            print(type(error).__name__)
+        stop[0] = False
+        print(session.run(None, {{"X": X, "rois": ROIS}})[0].ravel().tolist())
+    """)
+    assert out.split() == [stop.split("(")[0], "[5.0,", "7.0,", "13.0,", "15.0]"]
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working(warm):
+    """Cold: the signal lands while the first call imports numba and the compiled loops (an
+    interrupted import would leave numba half-loaded). Warm (the loops loaded by a first
+    small run): it lands while the kernel computes."""
+    out = child(f"""
+        import signal
+        import numpy as np
+        from onnx import TensorProto, helper
+        import dml_onnx
+        def interrupt(*args):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        model = dml_onnx.make_model(
+            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[32, 32], name="pool")],
+            [helper.make_tensor_value_info("X", 1, [1, 64, "H", "W"]),
+             helper.make_tensor_value_info("rois", 1, ["R", 5])],
+            [helper.make_tensor_value_info("Y", 1, None)])
+        session = dml_onnx.InferenceSession(model)
+        X = np.ones((1, 64, 512, 512), np.float32)
+        rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (200, 1))
+        if {warm}:
+            session.run(None, {{"X": X[:, :, :4, :4].copy(), "rois": rois[:8]}})
+        signal.setitimer(signal.ITIMER_REAL, {0.2 if warm else 0.02})
+        try:
+            session.run(None, {{"X": X, "rois": rois}})
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print(session.run(None, {{"X": X[:, :, :4, :4].copy(), "rois": rois[:1]}})[0].shape)
+    """)
+    assert out.split() == ["interrupted", "(1,", "64,", "32,", "32)"]
+
+
+def test_a_signal_while_a_loop_compiles_waits_for_the_compiler_and_the_loop_works():
+    """A signal whose handler raises, landing inside numba's compiler on the calling thread
+    (a loop's first call with new types, cache empty): the handler runs once the compiler is
+    done, and the loop works afterwards (an exception raised inside the compiler left it
+    broken for the process: "no compiled object yet")."""
+    out = child("""
+        import os, signal, tempfile
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+        import numpy as np
+        from numba.core import event
+        from onnx import helper
+        import dml_onnx
+        def interrupt(*args):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        class Alarm(event.Listener):  # a signal in the middle of every compilation
+            def on_start(self, ev):
+                signal.raise_signal(signal.SIGALRM)
+            def on_end(self, ev):
+                pass
+        event.register("numba:compile", Alarm())
+        model = dml_onnx.make_model(
+            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
+            [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
+             helper.make_tensor_value_info("rois", 1, ["R", 5])],
+            [helper.make_tensor_value_info("Y", 1, None)])
+        session = dml_onnx.InferenceSession(model)
+        feeds = {"X": np.ones((1, 1, 8, 8), np.float32),
+                 "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}
+        try:
+            session.run(None, feeds)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print(session.run(None, feeds)[0].tolist())
+    """, timeout=300)
+    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
+
+
+# ------------------------------------------------------------------ numba's cache and threads
+_LP_POOL = """
+import warnings
+warnings.simplefilter("always")
+import numpy as np
+from custom_ops.lp_pooling import lp_pooling
+X = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) / 100
+Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1], start_padding=[0, 0],
+               end_padding=[0, 0], p=2, node="n")
+print(f"sum {float(Y.sum()):.4f}")
+"""
+
+
+def _child_with(code: str, **environment: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, env={**os.environ, **environment})
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    return done
+
+
+def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path):
+    """Empty index files and garbage data files (a full disk, a killed writer): the next
+    process warns, compiles afresh and repairs the cache; the one after reads it silently."""
+    cache = str(tmp_path / "numba")
+    want = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache).stdout
+    files = sorted(Path(cache).rglob("*.nb[ic]"))
+    assert files
+    for path in files:
+        path.write_bytes(b"" if path.suffix == ".nbi" else b"garbage")
+    damaged = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
+    assert damaged.stdout == want
+    assert "cannot be read (EOFError: Ran out of input); it is compiled afresh" in \
+        damaged.stderr
+    repaired = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
+    assert repaired.stdout == want and "cannot be read" not in repaired.stderr
+
+
+def test_without_a_place_for_numbas_cache_the_kernels_compile_and_say_so_once():
+    """A read-only install and no writable home: numba finds no place for a cache ("no
+    locator available"), which failed every compiled kernel."""
+    done = _child_with(textwrap.dedent("""
+        import numba.core.caching as caching
+        def read_only(self):
+            raise PermissionError(13, "Read-only file system", self.get_cache_path())
+        caching._CacheLocator.ensure_cache_path = read_only
+    """) + _LP_POOL)
+    assert done.stdout.startswith("sum ")
+    assert done.stderr.count("numba has no place for its cache") == 1, done.stderr
+
+
+def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue():
+    """numba's workqueue threading layer (where neither OpenMP nor TBB is there) ends the
+    process when two threads launch parallel code at once; the kernels then split their
+    bands over threads of their own."""
+    done = _child_with("""
+        import threading
+        import numba
+        import numpy as np
+        from custom_ops.lp_pooling import lp_pooling
+        @numba.njit(parallel=True, nogil=True)
+        def theirs(a):
+            total = 0.0
+            for i in numba.prange(a.size):
+                total += np.sin(a[i])
+            return total
+        values = np.linspace(0, 1, 1 << 20)
+        theirs(values)
+        stop = []
+        def loop():
+            while not stop:
+                theirs(values)
+        thread = threading.Thread(target=loop)
+        thread.start()
+        X = np.linspace(-1, 1, 8 * 64 * 56 * 56, dtype=np.float32).reshape(8, 64, 56, 56)
+        for _ in range(20):
+            Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1],
+                           start_padding=[1, 1], end_padding=[1, 1], p=2, node="n")
+        stop.append(True)
+        thread.join()
+        print(numba.threading_layer(), Y.shape)
+    """, NUMBA_THREADING_LAYER="workqueue")
+    assert done.stdout.split()[0] == "workqueue"
