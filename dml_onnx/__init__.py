@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
     from dml_onnx.check import check_model as check_model
     from dml_onnx.check import model_problems as model_problems
     from dml_onnx.definition import DOMAIN as DOMAIN
+    from dml_onnx.definition import DOMAIN_VERSION as DOMAIN_VERSION
     from dml_onnx.definition import OPSET_VERSION as OPSET_VERSION
     from dml_onnx.definition import Example as Example
     from dml_onnx.definition import OpDefinition as OpDefinition
@@ -56,7 +57,7 @@ _EXPORTS = {
     "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
     "dml_onnx.check": ("model_problems",),
-    "dml_onnx.definition": ("DOMAIN", "OPSET_VERSION", "Example", "OpDefinition"),
+    "dml_onnx.definition": ("DOMAIN", "DOMAIN_VERSION", "Example", "OpDefinition"),
     "dml_onnx.form": ("NotEquivalent",),
     "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
     "dml_onnx.raising": ("NotRaisable", "Raised", "raise_model"),
@@ -68,8 +69,9 @@ _EXPORTS = {
 """Module -> the names it gives this package; the builders (``roi_pooling``, ``roi_align1``
 ...: one per operator of the table) come from ``dml_onnx.ops.BUILDERS``."""
 _EARLIER_NAMES = {"check_model": "dml_onnx.check", "register_runtime_ops": "dml_onnx.runtime",
-                  "deregister_schemas": "dml_onnx.schemas"}
-"""Names still taken, outside ``__all__``: ``check_model`` is ``model_problems``; the binding
+                  "deregister_schemas": "dml_onnx.schemas", "OPSET_VERSION": "dml_onnx.definition"}
+"""Names still taken, outside ``__all__``: ``check_model`` is ``model_problems``,
+``OPSET_VERSION`` is ``DOMAIN_VERSION``; the binding
 registers its operators when it loads, and ``deregister_schemas`` is for tests."""
 _MODULE_OF = {**{name: module for module, names in _EXPORTS.items() for name in names},
               **_EARLIER_NAMES}

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dml_onnx.definition import DOMAIN, OPSET_VERSION, OpDefinition, Shape
+from dml_onnx.definition import DOMAIN, DOMAIN_VERSION, OpDefinition, Shape
 from dml_onnx.ops import BUILDERS
 
 IR_VERSION = 10
@@ -38,7 +38,7 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoP
                               initializer=list(initializers))
     return helper.make_model(graph, ir_version=IR_VERSION, producer_name="dml_onnx",
                              opset_imports=[helper.make_opsetid("", standard_opset),
-                                            helper.make_opsetid(DOMAIN, OPSET_VERSION)])
+                                            helper.make_opsetid(DOMAIN, DOMAIN_VERSION)])
 
 
 def snake(name: str) -> str:

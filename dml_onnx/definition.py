@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     pass
 
 DOMAIN = "dml_onnx"
-OPSET_VERSION = 1
+DOMAIN_VERSION = 1
+"""The version of the ``dml_onnx`` domain (its opset import), not of the standard opset."""
+OPSET_VERSION = DOMAIN_VERSION  # the earlier name
 RUNTIME_DOMAIN = "dml_onnx.runtime"
 """The onnxruntime binding's private domain (:func:`dml_onnx.to_runtime_model`)."""
 

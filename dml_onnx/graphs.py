@@ -15,7 +15,7 @@ import onnx
 from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
-from dml_onnx.definition import DOMAIN, OPSET_VERSION, RUNTIME_DOMAIN, node_label
+from dml_onnx.definition import DOMAIN, DOMAIN_VERSION, RUNTIME_DOMAIN, node_label
 from dml_onnx.schemas import register_schemas
 
 
@@ -273,7 +273,7 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
     """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
     a string field that is not UTF-8, a standard node that contradicts its schema
     (:func:`schema_problems`; ``schemas=False``: onnxruntime checks them itself), an opset
-    import of the domain other than :data:`OPSET_VERSION`, ``dml_onnx`` nodes inside a
+    import of the domain other than :data:`DOMAIN_VERSION`, ``dml_onnx`` nodes inside a
     subgraph or a model function (at any depth), and nodes of the binding's private domain
     :data:`RUNTIME_DOMAIN` (only :func:`dml_onnx.to_runtime_model` writes those)."""
     try:
@@ -284,9 +284,9 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
     problems = []
     versions = {o.domain: o.version for o in model.opset_import}
     if any(node.domain == DOMAIN for node in model.graph.node) and \
-            versions.get(DOMAIN) != OPSET_VERSION:
+            versions.get(DOMAIN) != DOMAIN_VERSION:
         problems.append(f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
-                        f"{OPSET_VERSION}")
+                        f"{DOMAIN_VERSION}")
 
     standard = versions.get("", versions.get("ai.onnx")) if schemas else None
 

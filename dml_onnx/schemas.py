@@ -19,7 +19,7 @@ from onnx.defs import OpSchema
 
 from dml_onnx.definition import (
     DOMAIN,
-    OPSET_VERSION,
+    DOMAIN_VERSION,
     Attribute,
     Dim,
     OpDefinition,
@@ -47,7 +47,7 @@ def register_schemas() -> None:
     """
     with _lock:
         for definition in OPERATORS:
-            if not defs.has(definition.name, OPSET_VERSION, DOMAIN):
+            if not defs.has(definition.name, DOMAIN_VERSION, DOMAIN):
                 defs.register_schema(op_schema(definition))
 
 
@@ -55,15 +55,15 @@ def deregister_schemas() -> None:
     """Remove the domain's schemas again (mostly for tests)."""
     with _lock:
         for definition in OPERATORS:
-            if defs.has(definition.name, OPSET_VERSION, DOMAIN):
-                defs.deregister_schema(definition.name, OPSET_VERSION, DOMAIN)
+            if defs.has(definition.name, DOMAIN_VERSION, DOMAIN):
+                defs.deregister_schema(definition.name, DOMAIN_VERSION, DOMAIN)
 
 
 # --------------------------------------------------------------------- one schema
 def op_schema(definition: OpDefinition) -> OpSchema:
     """The onnx schema of one operator, its type and shape inference included."""
     schema = OpSchema(
-        definition.name, DOMAIN, OPSET_VERSION,
+        definition.name, DOMAIN, DOMAIN_VERSION,
         doc=f"{definition.summary} DirectML {definition.dml_name}; specification section "
             f"{definition.spec_section}.",
         inputs=[_parameter_schema(p) for p in definition.inputs],

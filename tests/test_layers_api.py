@@ -107,7 +107,7 @@ def test_make_model_pins_ir_version_and_opsets():
     imports = {o.domain: o.version for o in model.opset_import}
     assert imports.keys() == {"", dml_onnx.DOMAIN}
     assert imports[""] in CONFORMANCE_OPSETS
-    assert imports[dml_onnx.DOMAIN] == dml_onnx.OPSET_VERSION
+    assert imports[dml_onnx.DOMAIN] == dml_onnx.DOMAIN_VERSION
 
 
 def test_session_takes_path_bytes_and_modelproto(tmp_path):

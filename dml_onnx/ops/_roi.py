@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
-from custom_ops._checks import UINT32_MAX
+from custom_ops._checks import UINT32_MAX, KernelError
 from dml_onnx.definition import FLOAT_TYPES, INDEX_TYPES, Attribute, Dim, Parameter, Shape
 
 SAMPLING_ATTRIBUTES = (
@@ -62,7 +62,7 @@ def spatial_image(op: str, node: str, shape: Shape, name: str = "X") -> list[Dim
     if shape is None:
         return [None] * 4
     if len(shape) != 4:
-        raise ValueError(f"{op} '{node}': {name} rank {len(shape)} is not 4")
+        raise KernelError(op, node, f"{name} rank", len(shape), "is not 4")
     return list(shape)
 
 
@@ -74,19 +74,19 @@ def roi_count(op: str, node: str, name: str, shape: Shape, *, row: int | None) -
     if not 0 <= lead <= (3 if row is None else 2):
         expected = "[R] with leading 1s up to rank 4" if row is None else \
             f"[R, {row}] with leading 1s up to rank 4"
-        raise ValueError(f"{op} '{node}': {name} rank {len(shape)} does not fit {expected}")
+        raise KernelError(op, node, f"{name} rank", len(shape), f"does not fit {expected}")
     for axis in range(lead):
         if isinstance(shape[axis], int) and shape[axis] != 1:
-            raise ValueError(f"{op} '{node}': {name} dim {axis} {shape[axis]} is not 1")
+            raise KernelError(op, node, f"{name} dim {axis}", shape[axis], "is not 1")
     if row is not None and isinstance(shape[-1], int) and shape[-1] != row:
-        raise ValueError(f"{op} '{node}': {name} last dim {shape[-1]} is not {row}")
+        raise KernelError(op, node, f"{name} last dim", shape[-1], f"is not {row}")
     return shape[lead]
 
 
 def same_dim(op: str, node: str, what: str, a: Dim, b: Dim) -> Dim:
     """Two dims that must agree: the known one, and an error when both are known and differ."""
     if isinstance(a, int) and isinstance(b, int) and a != b:
-        raise ValueError(f"{op} '{node}': {what} disagree: {a} vs {b}")
+        raise KernelError(op, node, f"{what} disagree:", a, f"vs {b}")
     return a if a is not None else b
 
 

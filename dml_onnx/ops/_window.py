@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from custom_ops._checks import KernelError
 from custom_ops._window import Window, sliding_block_counts
 from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
@@ -50,8 +51,8 @@ def spatial_input(op: str, node: str, shape: Shape, k: int, name: str = "X") -> 
     if shape is None:
         return [None] * (k + 2)
     if len(shape) != k + 2:
-        raise ValueError(f"{op} '{node}': {name} rank {len(shape)} is not {k + 2} "
-                         f"(the attributes have {k} spatial values)")
+        raise KernelError(op, node, f"{name} rank", len(shape),
+                          f"is not {k + 2} (the attributes have {k} spatial values)")
     return list(shape)
 
 

@@ -11,6 +11,7 @@ import onnx
 from onnx import NodeProto, TensorProto, helper
 
 from custom_ops import fold as kernel
+from custom_ops._checks import KernelError
 from custom_ops._window import sliding_block_counts
 from dml_onnx.definition import (
     NUMERIC_TYPES,
@@ -30,17 +31,17 @@ from dml_onnx.reference_ops import fold as reference
 def _infer_shapes(shapes: list[Shape], attributes: dict[str, Any], node: str) -> list[Shape]:
     op, window, output_size = kernel.OP, attributes["window_sizes"], attributes["output_size"]
     if shapes[0] is not None and len(shapes[0]) != 3:
-        raise ValueError(f"{op} '{node}': X rank {len(shapes[0])} is not 3")
+        raise KernelError(op, node, "X rank", len(shapes[0]), "is not 3")
     n, rows, length = shapes[0] if shapes[0] is not None else [None] * 3
     blocks = block_counts(op, node, output_size, window, attributes, what="block count")
     count = product(blocks)
     if isinstance(length, int) and isinstance(count, int) and length != count:
-        raise ValueError(f"{op} '{node}': X dim 2 {length} is not the block count {count} of "
-                         f"output_size {list(output_size)}")
+        raise KernelError(op, node, "X dim 2", length,
+                          f"is not the block count {count} of output_size {list(output_size)}")
     taps = math.prod(window)
     if isinstance(rows, int) and rows % taps:
-        raise ValueError(f"{op} '{node}': X dim 1 {rows} is not a multiple of "
-                         f"prod(window_sizes) {taps}")
+        raise KernelError(op, node, "X dim 1", rows,
+                          f"is not a multiple of prod(window_sizes) {taps}")
     channels = rows // taps if known(rows) else None
     return [[n, channels, *output_size]]
 

@@ -27,7 +27,7 @@ from onnx import helper
 from dml_onnx._wiring import constant_values, prune_unread
 from dml_onnx.definition import (
     DOMAIN,
-    OPSET_VERSION,
+    DOMAIN_VERSION,
     attribute_value,
     element_type,
     node_label,
@@ -113,7 +113,7 @@ def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
         prune_unread(result, freed | {name for node in model.graph.node
                                       if node_label(node) in raised for name in node.input})
         if all(o.domain != DOMAIN for o in result.opset_import):
-            result.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
+            result.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
         if functions:
             result = with_functions(result)
     return Raised(result, raised, kept)

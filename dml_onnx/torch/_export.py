@@ -26,7 +26,7 @@ import onnx
 import torch
 from torch.onnx import symbolic_helper
 
-from dml_onnx.definition import DOMAIN, OPSET_VERSION, OpDefinition
+from dml_onnx.definition import DOMAIN, DOMAIN_VERSION, OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising import raise_model
 from dml_onnx.schemas import register_schemas
@@ -96,7 +96,7 @@ def _translation(definition: OpDefinition) -> Callable[..., Any]:
     builds the node from the domain's registered schema)."""
     import onnxscript
 
-    node = getattr(onnxscript.values.Opset(DOMAIN, OPSET_VERSION), definition.name)
+    node = getattr(onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION), definition.name)
     count = len(definition.inputs)
 
     def translate(*args: Any) -> Any:
@@ -112,7 +112,7 @@ def _unfold_translation(x: Any, kernel_size: Sequence[int], dilation: Sequence[i
     """``aten.im2col`` as ``Unfold`` for the ``dynamo=True`` exporter (see :func:`_im2col`)."""
     import onnxscript
 
-    return onnxscript.values.Opset(DOMAIN, OPSET_VERSION).Unfold(
+    return onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION).Unfold(
         x, window_sizes=list(kernel_size), dilations=list(dilation), strides=list(stride),
         start_padding=list(padding), end_padding=list(padding))
 
