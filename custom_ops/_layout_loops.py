@@ -1,5 +1,6 @@
-"""The compiled loop of :func:`custom_ops._threads.channels_last`, by
-:data:`custom_ops._jit.jit`."""
+"""The compiled loops of :func:`custom_ops._threads.channels_last` and of the float16 conversions
+of :func:`custom_ops._threads.converted`, by :data:`custom_ops._jit.jit` (numba has no float16
+on the CPU: float16 values travel as their uint16 bits)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,61 @@ def half_to_float(bits):
     else:  # (1024 + mantissa) * 2^(exponent - 25), exponent - 25 in [-24, 5]
         value = np.float32(1024 + mantissa) * np.float32(2.0 ** (exponent - 25))
     return -value if bits & 0x8000 else value
+
+
+@jit
+def float_to_half(bits):
+    """The bits of the float16 nearest the float32 whose bits are ``bits`` (ties to even;
+    beyond float16's range: infinity; NaN stays NaN with the top of its payload), as numpy's
+    ``astype(np.float16)`` rounds. Branch-free (selects), so that loops over it vectorise."""
+    u = np.int64(bits & 0x7FFFFFFF)
+    sign = np.int64((bits >> 16) & 0x8000)
+    # normal: drop 13 bits, ties to even; a carry raises the exponent, up to infinity
+    normal = (u - 0x38000000 + 0xFFF + ((u >> 13) & 1)) >> 13
+    # below 2^-14: the significand with its leading bit, shifted right by 126 - exponent
+    shift = min(126 - (u >> 23), 31)
+    significand = (u & 0x7FFFFF) | 0x800000
+    subnormal = (significand + (1 << (shift - 1)) - 1 + ((significand >> shift) & 1)) >> shift
+    nan = 0x7C00 + max((u & 0x7FFFFF) >> 13, 1)
+    large = nan if u > 0x7F800000 else 0x7C00
+    small = subnormal if u < 0x38800000 else normal
+    return np.uint16(sign | (large if u >= 0x47800000 else small))
+
+
+@jit
+def halves_from_floats(bits, out, start, stop):
+    """``out[i]`` = the float16 bits of the float32 whose bits are ``bits[i]``
+    (:func:`float_to_half`), for ``i`` in ``start:stop``."""
+    for i in range(start, stop):
+        out[i] = float_to_half(bits[i])
+
+
+@jit
+def floats_from_halves(bits, table, out, start, stop):
+    """``out[i] = table[bits[i]]`` for ``i`` in ``start:stop``: float16 bits to float32 through
+    the table of all 65536 values (256 kB, read from the cache: a few times faster than
+    :func:`half_to_float`)."""
+    for i in range(start, stop):
+        out[i] = table[bits[i]]
+
+
+@parallel_jit
+def halves_from_floats_bands(cuts, bits, out):
+    """:func:`halves_from_floats` on the runs ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        halves_from_floats(bits, out, cuts[g], cuts[g + 1])
+
+
+@parallel_jit
+def floats_from_halves_bands(cuts, bits, table, out):
+    """:func:`floats_from_halves` on the runs ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        floats_from_halves(bits, table, out, cuts[g], cuts[g + 1])
+
+
+HALF_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(
+    np.float32)
+"""Every float16 value as float32, by its bits."""
 
 
 def _value(x):
@@ -71,10 +127,10 @@ def transpose_bands(cuts, planes, out):
 
 
 def _compile_every_signature() -> None:
-    """Compile (or load from the cache) every signature :func:`channels_last` calls, while
-    the module loads on :func:`~custom_ops._threads.compiled`'s helper thread: a signal that
-    lands in a compilation on the calling thread breaks the dispatcher for the process ("no
-    compiled object yet")."""
+    """Compile (or load from the cache) every signature :func:`channels_last` and
+    :func:`converted` call, while the module loads on :func:`~custom_ops._threads.compiled`'s
+    helper thread: a signal that lands in a compilation on the calling thread breaks the
+    dispatcher for the process ("no compiled object yet")."""
     for source, target in ((types.float32, types.float32), (types.uint16, types.float32),
                            (types.float64, types.float64)):
         out = types.Array(target, 3, "C")
@@ -82,6 +138,16 @@ def _compile_every_signature() -> None:
             planes = types.Array(source, 3, "C", readonly=readonly)
             transpose_rows.compile((planes, out, types.int64, types.int64))
             transpose_bands.compile((types.Array(types.int64, 1, "C"), planes, out))
+    cuts, floats, table = (types.Array(types.int64, 1, "C"), types.Array(types.float32, 1, "C"),
+                           types.Array(types.float32, 1, "C"))
+    for readonly in (False, True):
+        halves, words = (types.Array(types.uint16, 1, "C", readonly=readonly),
+                         types.Array(types.uint32, 1, "C", readonly=readonly))
+        floats_from_halves.compile((halves, table, floats, types.int64, types.int64))
+        floats_from_halves_bands.compile((cuts, halves, table, floats))
+        halves_from_floats.compile((words, types.Array(types.uint16, 1, "C"), types.int64,
+                                    types.int64))
+        halves_from_floats_bands.compile((cuts, words, types.Array(types.uint16, 1, "C")))
 
 
 _compile_every_signature()

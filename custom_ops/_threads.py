@@ -45,7 +45,9 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def converted(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``X`` as a contiguous array of ``dtype`` (``X`` itself where it is one already),
-    converted in runs of its flat values over the threads (numpy's conversion is one thread)."""
+    converted in runs of its flat values over the threads (numpy's conversion is one thread);
+    float16 to and from float32 by compiled loops (:func:`convert_into`)."""
+    dtype = np.dtype(dtype)
     if X.dtype == dtype and X.flags.c_contiguous:
         return X
     out = np.empty(X.shape, dtype)
@@ -53,11 +55,47 @@ def converted(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if not X.flags.c_contiguous or X.size <= 2 * GRAIN:
         np.copyto(out, X, casting="unsafe")
         return out
+    if (X.dtype, dtype) in _HALF_PAIRS:
+        run_bands(bands(X.size, X.size), *_half_loops(source, target))
+        return out
     runs = min(2 * workers(), X.size // GRAIN)
     edges = [X.size * k // runs for k in range(runs + 1)]
     run_parallel([functools.partial(np.copyto, target[a:b], source[a:b], casting="unsafe")
                   for a, b in zip(edges, edges[1:])])
     return out
+
+
+def convert_into(source: np.ndarray, target: np.ndarray) -> None:
+    """``target[...] = source`` on this thread (one shape); C-contiguous float16 to and from
+    float32 by compiled loops on the bits, rounding as numpy does (numpy takes
+    several times a copy's time there; float32 to float16 beyond its range gives infinity,
+    without numpy's warning)."""
+    if ((source.dtype, target.dtype) in _HALF_PAIRS and source.size > GRAIN
+            and source.flags.c_contiguous and target.flags.c_contiguous):
+        run, _ = _half_loops(source.reshape(-1), target.reshape(-1))
+        run(0, source.size)
+    else:
+        with np.errstate(over="ignore"):
+            np.copyto(target, source, casting="unsafe")
+
+
+_HALF_PAIRS = {(np.dtype(np.float16), np.dtype(np.float32)),
+               (np.dtype(np.float32), np.dtype(np.float16))}
+
+
+def _half_loops(source: np.ndarray, target: np.ndarray
+                ) -> tuple[Callable[[int, int], None], Callable[[np.ndarray], None]]:
+    """The compiled float16 <-> float32 conversion of flat ``source`` into flat ``target``:
+    ``(run(start, stop)`` on this thread, ``run_all(cuts)`` over the runs between ``cuts``
+    on numba's threads), as :func:`run_bands` takes them."""
+    loops = compiled("_layout_loops")
+    if source.dtype == np.float16:
+        bits, table = source.view(np.uint16), loops.HALF_TABLE
+        return (lambda start, stop: loops.floats_from_halves(bits, table, target, start, stop),
+                lambda cuts: loops.floats_from_halves_bands(cuts, bits, table, target))
+    words, halves = source.view(np.uint32), target.view(np.uint16)
+    return (lambda start, stop: loops.halves_from_floats(words, halves, start, stop),
+            lambda cuts: loops.halves_from_floats_bands(cuts, words, halves))
 
 
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

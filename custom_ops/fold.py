@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from custom_ops._checks import KernelError, check_ints, check_rank, takes_attributes
-from custom_ops._threads import LayoutMemo, bands, compiled, run_bands, run_parallel
+from custom_ops._threads import LayoutMemo, bands, compiled, convert_into, run_bands, run_parallel
 from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
 
 OP = "Fold"
@@ -134,9 +134,10 @@ def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> 
         for lo in range(first, stop, chunk):
             hi = min(stop, lo + chunk)
             sums = np.empty((hi - lo, size), np.float32)
-            loops.fold_planes(planes[lo:hi].astype(np.float32), sums, *tables, 0, hi - lo)
-            with np.errstate(over="ignore"):  # sums beyond float16's range round to +-inf
-                Y[lo:hi] = sums
+            wide = np.empty(planes[lo:hi].shape, np.float32)
+            convert_into(planes[lo:hi], wide)
+            loops.fold_planes(wide, sums, *tables, 0, hi - lo)
+            convert_into(sums, Y[lo:hi])  # sums beyond float16's range round to +-inf
 
     run_parallel([functools.partial(fold_band, first, stop)
                   for first, stop in bands(count, planes.size)])

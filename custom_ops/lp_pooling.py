@@ -31,7 +31,7 @@ from custom_ops._checks import (
     compute_dtype,
     takes_attributes,
 )
-from custom_ops._threads import bands, compiled, run_bands
+from custom_ops._threads import bands, compiled, convert_into, converted, run_bands
 from custom_ops._window import (
     WindowGeometry,
     as_key,
@@ -133,7 +133,7 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
 
     dtype = compute_dtype(X.dtype)
     count = math.prod(X.shape[:2])
-    planes = X.reshape(count, *plan.planes).astype(dtype, copy=False)
+    planes = converted(X.reshape(count, *plan.planes), dtype)
     computed = Y if Y.dtype == dtype else np.empty(Y.shape, dtype)
     out = computed.reshape(count, *((1,) * (3 - plan.geometry.k)), *Y.shape[2:])
     unusual = np.zeros(count, bool)
@@ -146,7 +146,7 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     if p > 2:  # numpy's vectorised power: several times faster than a compiled scalar one
         np.power(out, dtype.type(1.0 / p), out=out)
     if computed is not Y:
-        Y[...] = computed
+        convert_into(computed, Y)
     if unusual.any():
         _rescale(X, Y, plan, p)
 

@@ -120,7 +120,7 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                                np.ascontiguousarray(indices, np.int64), sampling.scales,
                                sampling.minimum, sampling.maximum, SAMPLE_LIMIT,
                                serial_work(), settings[X.dtype], *flags, Y):
-            return Y.astype(X.dtype, copy=False)
+            return converted(Y, X.dtype)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
     if plan.work >= X.size:  # the channels-last copy pays for itself
         image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
@@ -129,4 +129,4 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
     run_parallel([functools.partial(loop, image, plan.batch, plan.first, plan.size, plan.n,
                                     regions, settings[X.dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
-    return Y.astype(X.dtype, copy=False)
+    return converted(Y, X.dtype)

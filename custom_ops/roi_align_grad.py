@@ -54,7 +54,15 @@ from custom_ops._roi_grid import (
     check_sampling,
     loop_settings,
 )
-from custom_ops._threads import bands, channels_last, compiled, interleaved, run_bands, run_parallel
+from custom_ops._threads import (
+    bands,
+    channels_last,
+    compiled,
+    converted,
+    interleaved,
+    run_bands,
+    run_parallel,
+)
 from custom_ops.limits import check_memory
 
 OP = "RoiAlignGrad"
@@ -164,14 +172,14 @@ def _run(node: str, sampling: Sampling, given_shape: tuple[int, ...], compute_dx
         if uses_x:
             assert X is not None, "check_signature requires X for drois and the max reduction"
             Xt = channels_last(X, dtype)
-        _backward(plan, node, Xt, np.ascontiguousarray(dY, dtype), dX,
+        _backward(plan, node, Xt, converted(dY, dtype), dX,
                   drois if want_drois else drois[:0],
                   loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS), exact_roi_gradient)
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
     if dX is not None:  # computed exactly when compute_dx
-        dX = dX.astype(dY.dtype, copy=False)
+        dX = converted(dX, dY.dtype)
     return dX, drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None
 
 

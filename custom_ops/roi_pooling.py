@@ -49,6 +49,7 @@ from custom_ops._threads import (
     LayoutMemo,
     channels_last,
     compiled,
+    converted,
     interleaved,
     run_parallel,
     serial_work,
@@ -171,12 +172,12 @@ def _run(node: str, pooled: tuple[int, int], spatial_scale: float, layout: Layou
         Xt = channels_last(X, ctype)
         if loops.small_pool(Xt, np.ascontiguousarray(rows, ctype), ctype.type(spatial_scale),
                             serial_work(), lowest(X.dtype), Y):
-            return Y.astype(X.dtype, copy=False)
+            return converted(Y, X.dtype)
     geometry, pixels = _geometry(node, rows, n, h, w, *pooled, spatial_scale)
     if Y.size == 0 or h == 0 or w == 0:
         return np.zeros(Y.shape, X.dtype)
     _pool(Xt, geometry, pixels * c, lowest(X.dtype), Y)
-    return Y.astype(X.dtype, copy=False)
+    return converted(Y, X.dtype)
 
 
 def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],

@@ -266,3 +266,51 @@ def test_channels_last_converts_every_float16_exactly():
     want = X.transpose(0, 2, 3, 1).astype(np.float32)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def _float32_cases() -> np.ndarray:
+    """float32 values around every float16: each finite float16, the midpoints between
+    neighbours (ties to even) and one float32 step to either side of both, then random bits
+    (every exponent: subnormals, overflow to infinity, NaN payloads) and the edge values."""
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    finite = np.unique(halves[np.isfinite(halves)].astype(np.float32))
+    midpoints = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    bits = np.concatenate([v.view(np.uint32) for v in (finite, midpoints)])
+    rng = np.random.default_rng(5)
+    return np.concatenate([
+        (bits - 1).view(np.float32), bits.view(np.float32), (bits + 1).view(np.float32),
+        rng.integers(0, 1 << 32, 1 << 21, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        np.array([0x7F800001, 0x7FC00000, 0xFFC00001, 0x7FFFFFFF, 0x7F802000, 0x7F801FFF],
+                 np.uint32).view(np.float32),
+        np.array([np.inf, -np.inf, -0.0, 65504, 65519.996, 65520, 65536, 3.4e38, 1e-45,
+                  2.9802322e-08, 5.9604645e-08, 6.1035156e-05], np.float32)])
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    bits = {2: np.uint16, 4: np.uint32}[want.itemsize]
+    np.testing.assert_array_equal(got.view(bits), want.view(bits))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_float16_conversions_round_as_numpy_does_bit_for_bit(threads):
+    """converted() and convert_into() take float16 to float32 (every one of the 65536 values)
+    and float32 to float16 (ties to even, subnormals, infinities, NaN payloads) by compiled
+    loops on the bits: the same bits as numpy's astype, on one thread and on several."""
+    token = _threads.thread_limit.set(threads)
+    try:
+        halves = np.tile(np.arange(1 << 16, dtype=np.uint16), 3).view(np.float16)
+        floats = _float32_cases()
+        with np.errstate(over="ignore", invalid="ignore"):
+            cases = [(halves, np.float32, halves.astype(np.float32)),
+                     (floats, np.float16, floats.astype(np.float16))]
+        for source, dtype, want in cases:
+            _same_bits(_threads.converted(source, np.dtype(dtype)), want)
+            into = np.empty(source.shape, dtype)
+            _threads.convert_into(source, into)
+            _same_bits(into, want)
+            strided = np.empty((source.size, 2), dtype)[:, 0]  # not contiguous: numpy's way
+            _threads.convert_into(source, strided)
+            _same_bits(np.ascontiguousarray(strided), want)
+    finally:
+        _threads.thread_limit.reset(token)
