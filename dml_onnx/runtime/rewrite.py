@@ -21,11 +21,12 @@ from dml_onnx.runtime.hook import _CAST_TO_FLOAT, _type_params, _variant_name
 from dml_onnx.schemas import register_schemas
 
 FLOAT16_KERNELS = frozenset({"Unfold", "Fold", "RoiAlignGrad"})
-"""Operators that take float16 values as they are: Unfold only copies them; Fold and
-RoiAlignGrad convert them with the compiled loops, over the threads, where onnxruntime's Cast
-takes one (server, 16 cores: float16 Fold 8.4 -> 3.0 ms, RoiAlignGrad dX 8.4 -> 3.9 ms). The
-ROI forward kernels read float16 one value at a time in their channels-last copy, slower than
-the Cast: they take float32."""
+"""Operators that take direct float16 values as they are: Unfold only copies them; Fold and
+RoiAlignGrad convert them with the compiled loops over the threads, where onnxruntime's Cast
+takes one (from :data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on; server, 16 cores:
+float16 Fold 8.3-9.4 -> 3.0-3.1 ms, RoiAlignGrad dX 8.0-8.4 -> 3.9 ms). The ROI forward
+kernels read float16 one value at a time in their channels-last copy, slower than the Cast:
+they take float32."""
 
 
 _Mode = Literal["guarded", "unguarded", "direct"]

@@ -123,6 +123,44 @@ def test_float16_through_the_session_is_float32_rounded_once(shape):
     np.testing.assert_array_equal(got, plain)
 
 
+@pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
+def test_float16_fold_and_gradient_equal_float32_rounded_once(threads_for_float16, monkeypatch):
+    """Fold and RoiAlignGrad take direct float16 inputs as they are where the kernels have
+    FLOAT16_THREADS threads (their compiled conversions), else as float32 from onnxruntime's
+    Cast: either way the outputs are the float32 computation rounded once (the spec's float16
+    rule), as a plain session gives them."""
+    from dml_onnx.runtime import hook
+    monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
+    rng = np.random.default_rng(6)
+    columns = rng.standard_normal((2, 36, 1600)).astype(np.float16)  # above the grain
+    gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
+    rois = np.concatenate([rng.uniform(0, 20, (40, 2)), rng.uniform(22, 60, (40, 2))],
+                          1).astype(np.float16)
+    batch = rng.integers(0, 2, 40)
+
+    def models(elem):
+        fold = _model([dml_onnx.fold("X", "Y", window_sizes=[3, 3], start_padding=[1, 1],
+                                     end_padding=[1, 1], output_size=[40, 40])],
+                      [_value("X", elem, list(columns.shape))], [_value("Y", elem)])
+        grad = _model([dml_onnx.roi_align_grad("", "dY", "rois", "batch", "dX",
+                                               input_shape=[2, 4, 64, 64])],
+                      [_value("dY", elem, list(gradient.shape)),
+                       _value("rois", elem, list(rois.shape)),
+                       _value("batch", TensorProto.INT64, list(batch.shape))],
+                      [_value("dX", elem)])
+        return fold, grad
+
+    feeds = ({"X": columns}, {"dY": gradient, "rois": rois, "batch": batch})
+    for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds):
+        (got,) = dml_onnx.InferenceSession(half).run(None, feed)
+        wide_feed = {k: v.astype(np.float32) if v.dtype == np.float16 else v
+                     for k, v in feed.items()}
+        (want,) = dml_onnx.InferenceSession(wide).run(None, wide_feed)
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, want.astype(np.float16))
+        np.testing.assert_array_equal(got, _plain_session(half).run(None, feed)[0])
+
+
 def test_feeds_that_are_not_arrays_of_the_graph_type():
     model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                    [_value("X", TensorProto.INT32, [1, 1, 3])], [_value("U", TensorProto.INT32)])
