@@ -69,11 +69,13 @@ _PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
 _CAST_TO_FLOAT = {TensorProto.FLOAT16}
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
+FLOAT16_CONVERTING = frozenset({"Fold", "RoiAlignGrad"})
+"""Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
+them to float32 over the threads, from :data:`FLOAT16_THREADS` threads on."""
 FLOAT16_THREADS = 8
-"""The fewest threads at which a float16 kernel (``FLOAT16_KERNELS``) takes direct float16
-inputs as they are, converting them over the threads; with fewer, onnxruntime's one-thread
-vectorised ``Cast`` converts them to float32 faster (measured: float16 Fold at 16 cores 3.0
-against 8.4 ms; at 1 and 2 cores 7.5 / 8.2 against 4.4 / 3.7 ms)."""
+"""With fewer threads, onnxruntime's one-thread vectorised ``Cast`` converts float16 to
+float32 faster than :data:`FLOAT16_CONVERTING`'s kernels do (measured: float16 Fold at 16
+cores 3.0 against 8.4 ms; at 1 and 2 cores 7.5 / 8.2 against 4.4 / 3.7 ms)."""
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 
 
@@ -228,7 +230,8 @@ def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[An
         inputs[i] = None
     if call.feeds:
         given = _state.feeds
-        wide = workers() < FLOAT16_THREADS  # few threads: onnxruntime's Cast converts faster
+        wide = (variant.definition.name in FLOAT16_CONVERTING  # few threads: the Cast is faster
+                and workers() < FLOAT16_THREADS)
         for i, name, dtype, kernel_dtype in call.feeds:
             if wide and kernel_dtype == _HALF:
                 kernel_dtype = _FLOAT

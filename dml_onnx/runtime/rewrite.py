@@ -17,13 +17,19 @@ from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
 from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix, walk_nodes
 from dml_onnx.ops import OPERATORS_BY_NAME
-from dml_onnx.runtime.hook import _CAST_TO_FLOAT, _type_params, _variant_name
+from dml_onnx.runtime.hook import (
+    _CAST_TO_FLOAT,
+    FLOAT16_CONVERTING,
+    _type_params,
+    _variant_name,
+)
 from dml_onnx.schemas import register_schemas
 
-FLOAT16_KERNELS = frozenset({"Unfold", "Fold", "RoiAlignGrad"})
+FLOAT16_KERNELS = frozenset({"Unfold", *FLOAT16_CONVERTING})
 """Operators that take direct float16 values as they are: Unfold only copies them; Fold and
 RoiAlignGrad convert them with the compiled loops over the threads, where onnxruntime's Cast
-takes one (from :data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on; server, 16 cores:
+takes one (:data:`~dml_onnx.runtime.hook.FLOAT16_CONVERTING`, from
+:data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on; server, 16 cores:
 float16 Fold 8.3-9.4 -> 3.0-3.1 ms, RoiAlignGrad dX 8.0-8.4 -> 3.9 ms). The ROI forward
 kernels read float16 one value at a time in their channels-last copy, slower than the Cast:
 they take float32."""

@@ -161,6 +161,27 @@ def test_float16_fold_and_gradient_equal_float32_rounded_once(threads_for_float1
         np.testing.assert_array_equal(got, _plain_session(half).run(None, feed)[0])
 
 
+@pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])
+def test_unfold_takes_direct_float16_as_it_is_at_any_thread_count(threads_for_float16,
+                                                                  monkeypatch):
+    """Unfold only copies values: its direct float16 input is never converted, whatever
+    FLOAT16_THREADS says (that threshold is for the kernels that convert)."""
+    from dml_onnx.runtime import hook
+    monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
+    conversions = []
+    convert = hook._convert
+    monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
+        conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
+    x = np.random.default_rng(7).standard_normal((2, 3, 40, 40)).astype(np.float16)
+    model = _model([dml_onnx.unfold("X", "Y", **WINDOW)],
+                   [_value("X", TensorProto.FLOAT16, list(x.shape))],
+                   [_value("Y", TensorProto.FLOAT16)])
+    (got,) = dml_onnx.InferenceSession(model).run(None, {"X": x})
+    assert got.dtype == np.float16 and conversions
+    assert all(source == target for source, target in conversions)
+    np.testing.assert_array_equal(got, unfold(x, **_unfold_attributes()))
+
+
 def test_feeds_that_are_not_arrays_of_the_graph_type():
     model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                    [_value("X", TensorProto.INT32, [1, 1, 3])], [_value("U", TensorProto.INT32)])
