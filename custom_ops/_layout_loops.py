@@ -16,21 +16,6 @@ float32), which reads and writes whole cache lines."""
 
 
 @jit
-def half_to_float(bits):
-    """The float32 value of the float16 whose bits are ``bits`` (exact: every float16 is a
-    float32; NaN stays NaN, zero keeps its sign)."""
-    exponent = (bits >> 10) & 0x1F
-    mantissa = bits & 0x3FF
-    if exponent == 0:  # zero and subnormals: mantissa * 2^-24
-        value = np.float32(mantissa) * np.float32(5.9604645e-08)
-    elif exponent == 0x1F:
-        value = np.float32(np.inf) if mantissa == 0 else np.float32(np.nan)
-    else:  # (1024 + mantissa) * 2^(exponent - 25), exponent - 25 in [-24, 5]
-        value = np.float32(1024 + mantissa) * np.float32(2.0 ** (exponent - 25))
-    return -value if bits & 0x8000 else value
-
-
-@jit
 def float_to_half(bits):
     """The bits of the float16 nearest the float32 whose bits are ``bits`` (uint32; ties to
     even; beyond float16's range: infinity; NaN stays NaN with the top of its payload), as
@@ -67,8 +52,7 @@ def halves_from_floats(bits, out, start, stop):
 @jit
 def floats_from_halves(bits, table, out, start, stop):
     """``out[i] = table[bits[i]]`` for ``i`` in ``start:stop``: float16 bits to float32 through
-    the table of all 65536 values (256 kB, read from the cache: a few times faster than
-    :func:`half_to_float`)."""
+    :data:`HALF_TABLE` (256 kB, read from the cache)."""
     source, target = bits[start:stop], out[start:stop]
     for i in range(source.size):
         target[i] = table[source[i]]
@@ -90,7 +74,8 @@ def floats_from_halves_bands(cuts, bits, table, out):
 
 HALF_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(
     np.float32)
-"""Every float16 value as float32, by its bits."""
+"""Every float16 value as float32, by its bits (exact: every float16 is a float32; NaN stays
+NaN, zero keeps its sign)."""
 
 
 def _value(x):
@@ -101,7 +86,7 @@ def _value(x):
 @overload(_value)
 def _value_of(x):
     if isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed:
-        return lambda x: half_to_float(x)  # float16 bits
+        return lambda x: HALF_TABLE[x]  # float16 bits
     return lambda x: x
 
 
@@ -109,7 +94,7 @@ def _value_of(x):
 def transpose_rows(planes, out, start, stop):
     """``out[n, p, :] = planes[n, :, p]`` for the flat rows ``n * P + p`` in ``start:stop``
     (``planes [N, C, P]``, ``out [N, P, C]``, converted to ``out``'s element type; uint16
-    ``planes`` are float16 bits, see :func:`half_to_float`), one tile of :data:`PIXELS`
+    ``planes`` are float16 bits, read through :data:`HALF_TABLE`), one tile of :data:`PIXELS`
     pixels by :data:`CHANNELS` channels at a time."""
     channels, pixels = planes.shape[1], planes.shape[2]
     row = start

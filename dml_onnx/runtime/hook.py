@@ -69,13 +69,15 @@ _PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
 _CAST_TO_FLOAT = {TensorProto.FLOAT16}
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
-FLOAT16_CONVERTING = frozenset({"Fold", "RoiAlignGrad"})
+FLOAT16_CONVERTING = frozenset({"Fold", "RoiAlign1", "RoiAlignGrad", "RoiPooling"})
 """Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
-them to float32 over the threads, from :data:`FLOAT16_THREADS` threads on."""
+them to float32 over the threads (in their channels-last copy, or by
+:func:`custom_ops._threads.converted`), from :data:`FLOAT16_THREADS` threads on."""
 FLOAT16_THREADS = 8
 """With fewer threads, onnxruntime's one-thread vectorised ``Cast`` converts float16 to
 float32 faster than :data:`FLOAT16_CONVERTING`'s kernels do (measured: float16 Fold at 16
-cores 3.0 against 8.4 ms; at 1 and 2 cores 7.5 / 8.2 against 4.4 / 3.7 ms)."""
+cores 3.0 against 8.4 ms, RoiAlign1 4.2-4.4 against 7.2-7.6 ms; at 1 and 2 cores Fold
+7.5 / 8.2 against 4.4 / 3.7 ms)."""
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 
 

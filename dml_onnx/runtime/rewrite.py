@@ -26,13 +26,11 @@ from dml_onnx.runtime.hook import (
 from dml_onnx.schemas import register_schemas
 
 FLOAT16_KERNELS = frozenset({"Unfold", *FLOAT16_CONVERTING})
-"""Operators that take direct float16 values as they are: Unfold only copies them; Fold and
-RoiAlignGrad convert them with the compiled loops over the threads, where onnxruntime's Cast
-takes one (:data:`~dml_onnx.runtime.hook.FLOAT16_CONVERTING`, from
-:data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on; server, 16 cores:
-float16 Fold 8.3-9.4 -> 3.0-3.1 ms, RoiAlignGrad dX 8.0-8.4 -> 3.9 ms). The ROI forward
-kernels read float16 one value at a time in their channels-last copy, slower than the Cast:
-they take float32."""
+"""Operators that take direct float16 values as they are: Unfold only copies them; the others
+(:data:`~dml_onnx.runtime.hook.FLOAT16_CONVERTING`) convert them over the threads, where
+onnxruntime's Cast takes one, from :data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on
+(server, 16 cores, float16 rows: Fold 8.3-9.4 -> 3.0-3.1 ms, RoiAlignGrad dX 8.0-8.4 -> 3.9,
+RoiAlign1 7.2-7.6 -> 4.2-4.4, RoiPooling 6.8-7.8 -> 4.0-4.3)."""
 
 
 _Mode = Literal["guarded", "unguarded", "direct"]

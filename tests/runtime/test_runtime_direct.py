@@ -124,11 +124,12 @@ def test_float16_through_the_session_is_float32_rounded_once(shape):
 
 
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
-def test_float16_fold_and_gradient_equal_float32_rounded_once(threads_for_float16, monkeypatch):
-    """Fold and RoiAlignGrad take direct float16 inputs as they are where the kernels have
-    FLOAT16_THREADS threads (their compiled conversions), else as float32 from onnxruntime's
-    Cast: either way the outputs are the float32 computation rounded once (the spec's float16
-    rule), as a plain session gives them."""
+def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float16,
+                                                               monkeypatch):
+    """Fold, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as they are
+    where the kernels have FLOAT16_THREADS threads (their compiled conversions), else as
+    float32 from onnxruntime's Cast: either way the outputs are the float32 computation rounded
+    once (the spec's float16 rule), as a plain session gives them."""
     from dml_onnx.runtime import hook
     monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
     rng = np.random.default_rng(6)
@@ -148,9 +149,18 @@ def test_float16_fold_and_gradient_equal_float32_rounded_once(threads_for_float1
                        _value("rois", elem, list(rois.shape)),
                        _value("batch", TensorProto.INT64, list(batch.shape))],
                       [_value("dX", elem)])
-        return fold, grad
+        align = _model([dml_onnx.roi_align1("X", "rois", "batch", "Y", output_size=[7, 7])],
+                       [_value("X", elem, list(image.shape)), _value("rois", elem, [40, 4]),
+                        _value("batch", TensorProto.INT64, [40])], [_value("Y", elem)])
+        pool = _model([dml_onnx.roi_pooling("X", "boxes", "Y", pooled_size=[3, 3])],
+                      [_value("X", elem, list(image.shape)), _value("boxes", elem, [40, 5])],
+                      [_value("Y", elem)])
+        return fold, grad, align, pool
 
-    feeds = ({"X": columns}, {"dY": gradient, "rois": rois, "batch": batch})
+    image = rng.standard_normal((2, 4, 64, 64)).astype(np.float16)  # above the grain
+    boxes = np.concatenate([batch[:, None].astype(np.float16), rois], 1)
+    feeds = ({"X": columns}, {"dY": gradient, "rois": rois, "batch": batch},
+             {"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes})
     for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds):
         (got,) = dml_onnx.InferenceSession(half).run(None, feed)
         wide_feed = {k: v.astype(np.float32) if v.dtype == np.float16 else v
