@@ -318,6 +318,19 @@ def compiled(name: str) -> ModuleType:
     return module
 
 
+def _forget_unfinished_imports() -> None:
+    """In a forked child: the imports still loading belong to threads the child has not;
+    its first call starts them again (instead of waiting for ever)."""
+    global _imports_lock
+    _imports_lock = threading.Lock()
+    for name in [n for n, loading in _imports.items() if not loading.done()]:
+        del _imports[name]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_unfinished_imports)
+
+
 def _import(module: str, done: Future) -> None:
     try:
         done.set_result(importlib.import_module(module))

@@ -152,3 +152,18 @@ def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, i
     kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
     during = kept if user_setting else _threads.SPIN_COUNT
     assert done.stdout.split() == [f"[{during!r}]", str(kept)]
+
+
+def test_a_child_forked_while_loops_load_loads_them_itself():
+    """A fork while a compiled module is still loading on its helper thread: the child has
+    no such thread, so its first call starts the import again instead of waiting for ever."""
+    from concurrent.futures import Future
+    _threads._imports["_never_loaded"] = Future()  # as if its import were still running
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the unfinished import is forgotten, the lock is free
+            os._exit(0 if "_never_loaded" not in _threads._imports
+                     and _threads._imports_lock.acquire(timeout=5) else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        del _threads._imports["_never_loaded"]
