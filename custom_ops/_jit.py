@@ -23,6 +23,8 @@ import numba
 from numba.core import event
 from numba.core.registry import cpu_target
 
+from custom_ops._compiler_process import compile_aside
+
 
 class _Options(TypedDict, total=False):
     """The options of ``numba.njit`` that the kernels' loops set."""
@@ -40,7 +42,9 @@ def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
     """``numba.njit`` with the on-disk cache where numba finds a place for it, and a cache
     that never fails a call: a damaged file is named in a warning, removed, and the loop
     compiled afresh (numba would raise "Ran out of input" or "Can't get attribute" in every
-    process). Where numba has no writable place (a read-only install and no writable home:
+    process). A loop missing from the cache compiles in the compiler process
+    (:mod:`custom_ops._compiler_process`), so that LLVM running out of memory does not end the
+    caller's. Where numba has no writable place (a read-only install and no writable home:
     "no locator available"), the loops compile in each process, without a cache."""
     settings: _Options = {**_OPTIONS, **options}
 
@@ -54,22 +58,23 @@ def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
                               stacklevel=2)
             _uncached.append(function.__name__)
             return numba.njit(cache=False, **settings)(function)
-        _tolerate_damage(dispatcher)
+        _hook_cache(dispatcher)
         return dispatcher
     return compile_
 
 
-def _tolerate_damage(dispatcher: Any) -> None:
+def _hook_cache(dispatcher: Any) -> None:
     """Read ``dispatcher``'s cache as a miss where its files cannot be read back, removing
-    a damaged index so that the fresh compilation's save replaces it (numba's private
-    parts: where they differ, the cache is left as numba has it)."""
+    a damaged index so that the fresh compilation's save replaces it; on a miss, compile in
+    the compiler process (:mod:`custom_ops._compiler_process`) and load what it cached.
+    numba's private parts: where they differ, the cache is left as numba has it."""
     cache = getattr(dispatcher, "_cache", None)
     load = getattr(cache, "load_overload", None)
     if (cache is None or load is None
             or not hasattr(getattr(cache, "_cache_file", None), "_index_path")):
         return
 
-    def load_overload(signature: Any, target_context: Any) -> Any:
+    def read(signature: Any, target_context: Any) -> Any:
         try:
             return load(signature, target_context)
         except Exception as error:  # noqa: BLE001 - any unreadable file: compile instead
@@ -77,10 +82,16 @@ def _tolerate_damage(dispatcher: Any) -> None:
             warnings.warn(f"custom_ops: numba's cache of {dispatcher.py_func.__name__} in "
                           f"{os.path.dirname(index)} cannot be read ({type(error).__name__}: "
                           f"{error}); it is compiled afresh and the cache replaced",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)
             with contextlib.suppress(OSError):
                 os.unlink(index)
             return None
+
+    def load_overload(signature: Any, target_context: Any) -> Any:
+        result = read(signature, target_context)
+        if result is None and compile_aside(dispatcher.py_func, signature):
+            result = read(signature, target_context)
+        return result
 
     cache.load_overload = load_overload
 

@@ -78,43 +78,116 @@ def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working(
     assert out.split() == ["interrupted", "(1,", "64,", "32,", "32)"]
 
 
-def test_a_signal_while_a_loop_compiles_waits_for_the_compiler_and_the_loop_works():
+_SIGNAL_WHILE_COMPILING = """
+    import os, signal, tempfile
+    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+    import numpy as np
+    from onnx import helper
+    import dml_onnx
+    def interrupt(*args):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, interrupt)
+    {alarm}
+    model = dml_onnx.make_model(
+        [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
+        [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
+         helper.make_tensor_value_info("rois", 1, ["R", 5])],
+        [helper.make_tensor_value_info("Y", 1, None)])
+    session = dml_onnx.InferenceSession(model)
+    feeds = {{"X": np.ones((1, 1, 8, 8), np.float32),
+              "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}}
+    try:
+        session.run(None, feeds)
+        print("finished")
+    except KeyboardInterrupt:
+        print("interrupted")
+    print(session.run(None, feeds)[0].tolist())
+"""
+
+
+def test_a_signal_while_a_loop_compiles_in_the_caller_waits_for_the_compiler():
     """A signal whose handler raises, landing inside numba's compiler on the calling thread
-    (a loop's first call with new types, cache empty): the handler runs once the compiler is
-    done, and the loop works afterwards (an exception raised inside the compiler left it
-    broken for the process: "no compiled object yet")."""
-    out = child("""
-        import os, signal, tempfile
+    (a loop's first call with new types, compiled in the caller as where numba has no
+    cache): the handler runs once the compiler is done, and the loop works afterwards (an
+    exception raised inside the compiler left it broken for the process: "no compiled
+    object yet")."""
+    out = child(_SIGNAL_WHILE_COMPILING.format(alarm="""
+    import numba.core.caching as caching
+    def read_only(self):
+        raise PermissionError(13, "Read-only file system", self.get_cache_path())
+    caching._CacheLocator.ensure_cache_path = read_only
+    from numba.core import event
+    class Alarm(event.Listener):  # a signal in the middle of every compilation
+        def on_start(self, ev):
+            signal.raise_signal(signal.SIGALRM)
+        def on_end(self, ev):
+            pass
+    event.register("numba:compile", Alarm())"""), timeout=300)
+    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
+
+
+def test_a_signal_while_the_compiler_process_compiles_waits_for_it():
+    """The same signal landing while the caller waits for the compiler process (a cold
+    cache): the handler runs once the loop is compiled, and the loop works afterwards."""
+    out = child(_SIGNAL_WHILE_COMPILING.format(alarm="""
+    from custom_ops import _compiler_process
+    compile = _compiler_process._CompilerProcess.compile
+    def signalled(self, request):
+        signal.raise_signal(signal.SIGALRM)
+        return compile(self, request)
+    _compiler_process._CompilerProcess.compile = signalled"""), timeout=300)
+    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGABRT"])
+def test_a_compiler_process_that_dies_fails_one_call_and_the_next_compiles(how):
+    """The compiler process dying in the middle (the kernel out of memory kills it, or LLVM
+    aborts it): the call raises KernelError saying so, the caller lives, and the next call
+    starts another process and computes."""
+    out = child(f"""
+        import os, signal, tempfile, threading, time
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
         import numpy as np
-        from numba.core import event
-        from onnx import helper
-        import dml_onnx
-        def interrupt(*args):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        class Alarm(event.Listener):  # a signal in the middle of every compilation
-            def on_start(self, ev):
-                signal.raise_signal(signal.SIGALRM)
-            def on_end(self, ev):
-                pass
-        event.register("numba:compile", Alarm())
-        model = dml_onnx.make_model(
-            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
-            [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
-             helper.make_tensor_value_info("rois", 1, ["R", 5])],
-            [helper.make_tensor_value_info("Y", 1, None)])
-        session = dml_onnx.InferenceSession(model)
-        feeds = {"X": np.ones((1, 1, 8, 8), np.float32),
-                 "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}
+        from custom_ops import _compiler_process
+        from custom_ops._checks import KernelError
+        from custom_ops.fold import fold
+        def kill():
+            while _compiler_process._running is None:
+                time.sleep(0.001)
+            os.kill(_compiler_process._running.process.pid, signal.{how})
+        threading.Thread(target=kill, daemon=True).start()
+        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
         try:
-            session.run(None, feeds)
-            print("finished")
-        except KeyboardInterrupt:
-            print("interrupted")
-        print(session.run(None, feeds)[0].tolist())
+            fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
+        except KernelError as error:
+            print(error)
+        print(fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f").ravel().tolist())
     """, timeout=300)
-    assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
+    died, computed = out.strip().split("\n")
+    assert died.startswith(f"custom_ops 'fold_planes': compiler process 'killed by {how}")
+    assert "most often: memory ran out" in died
+    assert computed == "[0.0, 5.0, 5.0, 10.0, 30.0, 20.0, 10.0, 25.0, 15.0]"
+
+
+def test_the_compiler_process_ends_when_idle_and_a_later_compile_starts_another():
+    """The compiler process ends itself after IDLE_SECONDS without work (a request racing
+    its end is sent again to a new one); the caller's next cold loop still compiles."""
+    out = child("""
+        import os, tempfile, time
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+        import numpy as np
+        from custom_ops import _compiler_process
+        _compiler_process.IDLE_SECONDS = 0.5
+        from custom_ops.fold import fold
+        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+        fold(X, window_sizes=[2, 2], output_size=[3, 3])
+        first = _compiler_process._running.process
+        time.sleep(3)
+        print(first.poll())
+        print(fold(X.astype(np.float64), window_sizes=[2, 2], output_size=[3, 3]).sum())
+        print(_compiler_process._running.process is not first)
+    """, timeout=300)
+    assert out.split() == ["0", "120.0", "True"]  # idle exit; Fold keeps the sum 0 + .. + 15
 
 
 # ------------------------------------------------------------------ numba's cache and threads

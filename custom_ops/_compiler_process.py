@@ -1,0 +1,177 @@
+"""Cold compilations in a process of their own, so that the compiler running out of memory
+ends that process, not the caller's.
+
+A loop's first call with new argument types and nothing in numba's on-disk cache compiles it:
+seconds, and hundreds of MB for LLVM, which aborts the whole process when memory runs out (no
+Python code can catch that). So :func:`compile_aside` has a compiler process compile the loop
+into the cache, from which the caller then loads it. The process starts on the first cold
+compilation and ends itself after :data:`IDLE_SECONDS` without work (no thread of the caller
+watches it: under a memory limit a new thread can fail to start). When it dies (out of memory,
+killed), the call raises :class:`~custom_ops._checks.KernelError` and the next call starts a
+new one. Where the process cannot be started or cannot compile a loop (or the loop has no
+cache), the caller compiles it itself, as numba does.
+
+The process runs :func:`serve`: pickled requests ``(module, name, signature)`` on stdin, each
+answered on stdout with ``None`` (compiled and cached) or the error's text.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import IO, Any, NamedTuple
+
+from custom_ops._checks import KernelError
+
+IDLE_SECONDS = 30.0
+"""The compiler process ends after this long without a request (it holds about 150 MB); where
+``select`` cannot wait on a pipe (Windows), it ends with the caller."""
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where custom_ops is
+
+
+class _CompilerProcess:
+    """The running compiler process and its stderr (kept for the message when it dies)."""
+
+    def __init__(self) -> None:
+        self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c",
+             f"from custom_ops._compiler_process import serve; serve({IDLE_SECONDS!r})"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+            env={**os.environ, "PYTHONPATH": path})
+
+    def compile(self, request: tuple[str, str, Any]) -> str | None:
+        """The answer to ``request``; ``EOFError`` / ``OSError`` where the process died."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None  # both are pipes
+        pickle.dump(request, stdin)
+        stdin.flush()
+        return pickle.load(stdout)
+
+    def death(self) -> str | None:
+        """How the process ended (after it did), with the last line it wrote to stderr; None
+        where it ended itself, idle."""
+        status = self.process.wait()
+        if status == 0:
+            return None
+        how = (f"killed by {signal.Signals(-status).name}" if status < 0
+               else f"exit status {status}")
+        self.errors.seek(0)
+        lines = self.errors.read().decode(errors="replace").strip().splitlines()
+        return f"{how} ({lines[-1].strip()})" if lines else how
+
+    def close(self) -> None:
+        """End the process (it exits when its stdin closes) and free its pipes."""
+        _close_pipes(self.process)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.errors.close()
+
+
+_lock = threading.Lock()
+_running: _CompilerProcess | None = None
+_serving = False  # True in the compiler process itself
+
+
+def compile_aside(function: Any, signature: Any) -> bool:
+    """Compile the loop ``function`` (a module-level function of a loop module, by its
+    ``py_func``) for ``signature`` into numba's cache in the compiler process: True once it is
+    there, False where the caller is to compile it itself. Raises :class:`KernelError` where
+    the compiler process died (most often for memory); the next call starts another."""
+    if _serving or not sys.executable or "<locals>" in function.__qualname__:
+        return False
+    request = (function.__module__, function.__qualname__, signature)
+    with _lock:
+        for _ in range(2):  # again once where the process had just ended itself, idle
+            answer = _ask(request)
+            if not isinstance(answer, _Ended):
+                return answer is None
+            if answer.how is not None:
+                raise KernelError(
+                    "custom_ops", function.__qualname__, "compiler process", answer.how,
+                    "ended before the loop was compiled (most often: memory ran out); the "
+                    "next call starts another")
+    return False
+
+
+class _Ended(NamedTuple):
+    """The compiler process ended during a request: how (None: it had ended itself, idle)."""
+
+    how: str | None
+
+
+def _ask(request: tuple[str, str, Any]) -> str | None | _Ended:
+    """The compiler process's answer to ``request``, starting it where none runs."""
+    global _running
+    try:
+        if _running is None:
+            _running = _CompilerProcess()
+        return _running.compile(request)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        ended, _running = _running, None
+        if ended is None:  # could not start: the caller compiles
+            return "the compiler process could not start"
+        how = ended.death()
+        ended.close()
+        return _Ended(how)
+
+
+def _close_pipes(process: subprocess.Popen) -> None:
+    for pipe in (process.stdin, process.stdout):  # unsent bytes to a dead process: dropped
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _end() -> None:
+    """At exit and in a forked child: let go of the process (a child's copy of the pipes
+    closed; the process itself belongs to the parent)."""
+    global _running, _lock
+    if _running is not None:
+        _close_pipes(_running.process)
+        _running = None
+    _lock = threading.Lock()
+
+
+atexit.register(_end)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_end)
+
+
+def serve(idle_seconds: float) -> None:
+    """The compiler process: compile each request's loop (which saves it in numba's cache)
+    until stdin ends or ``idle_seconds`` pass without a request. Interrupts are the caller's
+    to handle: SIGINT is ignored here."""
+    global _serving
+    _serving = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    while True:
+        if os.name == "posix" and not select.select([requests], [], [], idle_seconds)[0]:
+            return  # idle
+        try:
+            module, name, signature = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            getattr(importlib.import_module(module), name).compile(signature)
+            answer = None
+        except Exception as error:  # noqa: BLE001 - the caller compiles it and raises it itself
+            answer = f"{type(error).__name__}: {error}"
+        pickle.dump(answer, answers)
+        answers.flush()
