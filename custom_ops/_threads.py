@@ -11,6 +11,7 @@ import functools
 import importlib
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Literal, TypedDict
 
 import numpy as np
 
+from custom_ops._checks import KernelError
 from custom_ops.limits import work_limit
 
 
@@ -331,10 +333,29 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_unfinished_imports)
 
 
+_LOADED_PACKAGES = ("numba", "llvmlite", "custom_ops.")
+"""What a compiled module's import loads: where it fails part-way (memory ran out), their
+modules loaded so far are dropped, so that the next call imports them afresh (a half-loaded
+numba failed every later import: "partially initialized module 'numba'")."""
+_one_import = threading.Lock()  # so that a failed import drops only what it loaded itself
+
+
 def _import(module: str, done: Future) -> None:
-    try:
-        done.set_result(importlib.import_module(module))
-    except BaseException as error:  # noqa: BLE001 - handed to the callers waiting for it
-        with _imports_lock:  # the next call tries again
-            del _imports[module.rpartition(".")[2]]
-        done.set_exception(error)
+    with _one_import:
+        before = set(sys.modules)
+        try:
+            done.set_result(importlib.import_module(module))
+            return
+        except BaseException as failure:  # noqa: BLE001 - handed to the callers waiting for it
+            for name in set(sys.modules) - before:
+                if name.startswith(_LOADED_PACKAGES):
+                    del sys.modules[name]
+            error: BaseException = failure
+    with _imports_lock:  # the next call tries again
+        del _imports[module.rpartition(".")[2]]
+    if isinstance(error, Exception):
+        cause, error = error, KernelError(
+            "custom_ops", module, "import", f"{type(error).__name__}: {error}",
+            "failed (most often: memory ran out); the next call tries again")
+        error.__cause__ = cause
+    done.set_exception(error)

@@ -272,3 +272,35 @@ def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue
         print(numba.threading_layer(), Y.shape)
     """, NUMBA_THREADING_LAYER="workqueue")
     assert done.stdout.split()[0] == "workqueue"
+
+
+@pytest.mark.parametrize("failing", ["numba.core.typing.templates", "llvmlite.binding.ffi"])
+def test_a_first_import_that_fails_part_way_fails_one_call_and_the_next_imports_afresh(
+        failing):
+    """numba's import failing in the middle (memory ran out: a MemoryError, or llvmlite's
+    library failing to load): the first call raises KernelError naming the import, and the
+    next imports numba afresh and computes (a half-loaded numba failed every later call with
+    "partially initialized module 'numba'")."""
+    out = child(f"""
+        import sys
+        import numpy as np
+        from custom_ops._checks import KernelError
+        from custom_ops.fold import fold
+        class OutOfMemoryOnce:
+            failed = False
+            def find_spec(self, name, path=None, target=None):
+                if name == {failing!r} and not self.failed:
+                    self.failed = True
+                    raise MemoryError
+        sys.meta_path.insert(0, OutOfMemoryOnce())
+        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+        try:
+            fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
+        except KernelError as error:
+            print(error)
+        print(fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f").ravel().tolist())
+    """, timeout=300)
+    failed, computed = out.strip().split("\n")
+    assert failed.startswith("custom_ops 'custom_ops._fold_loops': import 'MemoryError: '")
+    assert "the next call tries again" in failed
+    assert computed == "[0.0, 5.0, 5.0, 10.0, 30.0, 20.0, 10.0, 25.0, 15.0]"
