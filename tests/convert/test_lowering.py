@@ -9,9 +9,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import dml_onnx
+from dml_onnx import graphs
 from dml_onnx.raising import raise_model
 from tests._support.native import unraised_roi_aligns
 from tests.convert import _models as models
@@ -196,8 +199,8 @@ def test_model_functions_take_a_path_bytes_or_a_model_proto(tmp_path):
     onnx.save(model, path)
     for call in (dml_onnx.lower_model, dml_onnx.with_functions, dml_onnx.to_runtime_model):
         want = call(model).SerializeToString(deterministic=True)
-        for given in (path, str(path), path.read_bytes()):
-            assert call(given).SerializeToString(deterministic=True) == want, call
+        for source in (path, str(path), path.read_bytes()):
+            assert call(source).SerializeToString(deterministic=True) == want, call
     lowered = dml_onnx.lower_model(model)
     onnx.save(lowered, path)
     raised = dml_onnx.raise_model(path)
@@ -205,3 +208,31 @@ def test_model_functions_take_a_path_bytes_or_a_model_proto(tmp_path):
     assert raised == dml_onnx.raise_model(lowered.SerializeToString())
     with pytest.raises(dataclasses.FrozenInstanceError):
         raised.model = lowered
+
+
+_NAME_PARTS = ("_dml_onnx", "_", "x", "é")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_NAME_PARTS), max_size=4).map("".join),
+                min_size=6, max_size=6))
+def test_unused_prefix_starts_no_name_at_any_depth(names):
+    """Names at every place a graph holds one (a node, its inputs and outputs, a value info,
+    a large initializer of the main graph, a subgraph's values and initializers): the prefix
+    starts none of them, and it is ``base`` lengthened by underscores alone (not always the
+    shortest: the base's text inside another name lengthens it too)."""
+    node, value, initializer, inner_value, inner_initializer, inner_node = names
+    branch = helper.make_graph(
+        [helper.make_node("Identity", [inner_initializer], [inner_value], name=inner_node)],
+        "branch", [], [helper.make_tensor_value_info(inner_value, TensorProto.FLOAT, [1])],
+        [helper.make_tensor(inner_initializer, TensorProto.FLOAT, [1], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], [value], name=node, then_branch=branch,
+                          else_branch=branch)],
+        "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(value, TensorProto.FLOAT, [1])],
+        [onnx.numpy_helper.from_array(np.zeros(5000, np.float32), initializer)])
+    prefix = graphs.unused_prefix(graph, "_dml_onnx")
+    assert prefix.rstrip("_") == "_dml_onnx".rstrip("_")
+    every = [*names, "c", "g"]
+    assert not any(name.startswith(prefix) for name in every)
