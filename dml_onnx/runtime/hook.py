@@ -69,10 +69,11 @@ _PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
 _CAST_TO_FLOAT = {TensorProto.FLOAT16}
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
-FLOAT16_CONVERTING = frozenset({"Fold", "RoiAlign1", "RoiAlignGrad", "RoiPooling"})
+FLOAT16_CONVERTING = frozenset({"Fold", "LpPooling", "RoiAlign1", "RoiAlignGrad", "RoiPooling"})
 """Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
-them to float32 over the threads (in their channels-last copy, or by
-:func:`custom_ops._threads.converted`), from :data:`FLOAT16_THREADS` threads on."""
+them to float32 over the threads (in their channels-last copy, by
+:func:`custom_ops._threads.converted`, or as their compiled loops read them: Fold, LpPooling),
+from :data:`FLOAT16_THREADS` threads on."""
 FLOAT16_THREADS = 8
 """With fewer threads, onnxruntime's one-thread vectorised ``Cast`` converts float16 to
 float32 faster than :data:`FLOAT16_CONVERTING`'s kernels do (measured: float16 Fold at 16
