@@ -1,6 +1,6 @@
 """How the compiled loops read and write float16 (numba has no float16 on the CPU: float16
-values travel as their uint16 bits): :func:`half_to_float` and :func:`widened` read them,
-:func:`float_to_half` and :func:`halves_into` write them, exactly as numpy converts.
+values travel as their uint16 bits), exactly as numpy converts: :func:`widened` reads them
+(:func:`half_to_float`), :func:`narrowed` writes them (:func:`float_to_half`).
 
 Only the ``_*_loops`` modules import this one; their loops are compiled with these parts
 inside (and their caches go stale when this file changes: see
@@ -61,7 +61,7 @@ def widened(target, x):
     return x
 
 
-@overload(widened)
+@overload(widened, inline="always")
 def _widened(target, x):
     if (isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed
             and isinstance(target, types.Array) and target.dtype == types.float32):
@@ -94,10 +94,28 @@ def float_to_half(bits):
     return np.uint16(sign | (large if u >= np.uint32(0x47800000) else small))
 
 
-@jit
-def halves_into(floats, out):
-    """``out[i]`` = the bits of the float16 nearest ``floats[i]`` (:func:`float_to_half`) for
-    every ``i`` of the contiguous float32 ``floats``."""
-    words = floats.view(np.uint32)
-    for i in range(words.size):  # indices from 0: no wraparound check, so it vectorises
-        out[i] = float_to_half(words[i])
+@intrinsic
+def float_bits(typingctx, value):
+    """The bits of the float32 ``value`` (uint32)."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, arguments):
+        return builder.bitcast(arguments[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+def narrowed(target, x):
+    """``x`` as the array ``target`` stores it: a float32 into a uint16 array as the bits of
+    the float16 nearest it (:func:`float_to_half`), anything else as it is (compiled through
+    :func:`_narrowed`)."""
+    return x
+
+
+@overload(narrowed, inline="always")
+def _narrowed(target, x):
+    if (isinstance(target, types.Array) and target.dtype == types.uint16
+            and x == types.float32):
+        return lambda target, x: float_to_half(float_bits(x))
+    return lambda target, x: x

@@ -14,7 +14,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from custom_ops._half_float_loops import halves_into, widened
+from custom_ops._half_float_loops import narrowed, widened
 from custom_ops._jit import jit, parallel_jit
 
 
@@ -116,12 +116,18 @@ def _add(target, target_start, source, source_start, source_step, length):
 
 @jit
 def _roots(sums, p, out):
-    """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums`` (:func:`_written`); whether a
-    sum is infinite."""
+    """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums``, each value as ``out`` stores it
+    (:func:`~custom_ops._half_float_loops.narrowed`: float16 bits, rounded once); whether a sum
+    is infinite."""
+    if p == 2:
+        for e in range(sums.size):
+            out[e] = narrowed(out, np.sqrt(sums[e]))
+    else:
+        for e in range(sums.size):
+            out[e] = narrowed(out, sums[e])
     unusual = False
     for e in range(sums.size):
         unusual |= sums[e] == np.inf
-    _written(sums, p, out)
     return unusual
 
 
@@ -130,41 +136,19 @@ def _compute_type(Y):
     ``Y``'s own, float32 for float16 bits."""
 
 
-@overload(_compute_type)
+@overload(_compute_type, inline="always")
 def _compute_type_of(Y):
     if Y.dtype == types.uint16:
         return lambda Y: np.dtype(np.float32)
     return lambda Y: Y.dtype
 
 
-def _written(sums, p, out):
-    """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums``, rounded once where ``out`` is
-    float16 bits (compiled through :func:`_written_into`; ``sums`` then holds the roots)."""
-
-
-@overload(_written)
-def _written_into(sums, p, out):
-    if out.dtype != types.uint16:
-        def write(sums, p, out):
-            if p == 2:
-                for e in range(sums.size):
-                    out[e] = np.sqrt(sums[e])
-            else:
-                out[:] = sums
-        return write
-
-    def write_halves(sums, p, out):
-        if p == 2:
-            for e in range(sums.size):
-                sums[e] = np.sqrt(sums[e])
-        halves_into(sums, out)
-    return write_halves
-
-
 @jit
 def halves_run(floats, out, start, stop):
     """``out[start:stop]`` = the float16 bits nearest ``floats[start:stop]`` (flat float32)."""
-    halves_into(floats[start:stop], out[start:stop])
+    source, target = floats[start:stop], out[start:stop]
+    for i in range(source.size):  # indices from 0: no wraparound check, so it vectorises
+        target[i] = narrowed(target, source[i])
 
 
 @parallel_jit

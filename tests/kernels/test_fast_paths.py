@@ -268,28 +268,31 @@ def test_channels_last_converts_every_float16_exactly():
 
 
 def test_the_loops_read_and_write_every_float16_as_numpy_does():
-    """What Fold and LpPooling read float16 bits with (``half_to_float``: every one of the
-    65536 values, signalling NaN payloads, subnormals and zeros with their sign) and write
-    them with (``halves_into``: ties to even, subnormals, infinities, NaN payloads): numpy's
-    conversions, bit for bit."""
+    """What Fold and LpPooling read float16 bits with (``widened``: every one of the 65536
+    values, signalling NaN payloads, subnormals and zeros with their sign) and write them with
+    (``narrowed``: ties to even, subnormals, infinities, NaN payloads): numpy's conversions,
+    bit for bit."""
     from numba import njit
 
-    from custom_ops._half_float_loops import half_to_float, halves_into
+    from custom_ops._half_float_loops import narrowed, widened
 
     @njit
-    def read(bits, out):
-        for i in range(bits.size):
-            out[i] = half_to_float(bits[i])
+    def convert(source, target):
+        for i in range(source.size):
+            target[i] = narrowed(target, widened(target, source[i]))
 
     bits = np.arange(1 << 16, dtype=np.uint16)
     got = np.empty(bits.size, np.float32)
-    read(bits, got)
+    convert(bits, got)
     _same_bits(got, bits.view(np.float16).astype(np.float32))
     floats = _float32_cases()
     written = np.empty(floats.size, np.uint16)
-    halves_into(floats, written)
+    convert(floats, written)
     with np.errstate(over="ignore", invalid="ignore"):
         _same_bits(written.view(np.float16), floats.astype(np.float16))
+    integers = np.arange(1 << 16, dtype=np.uint16)  # uint16 into uint16: integers, as they are
+    convert(bits, integers)
+    np.testing.assert_array_equal(integers, bits)
 
 
 def _float32_cases() -> np.ndarray:
