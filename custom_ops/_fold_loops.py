@@ -1,73 +1,101 @@
-"""The compiled loop of Fold (specification section 6), by :data:`custom_ops._jit.jit`."""
+"""The compiled loops of Fold (specification section 6), by :data:`custom_ops._jit.jit`.
+
+One loop folds a plane (:func:`_fold_plane`); the drivers differ in where it sums a plane:
+:func:`fold_planes` in ``Y``, in ``Y``'s element type; :func:`fold_half_planes`, for float16
+bits, in a float32 line of the thread's, whose values it then writes as float16 bits.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import prange
 
+from custom_ops._half_float_loops import narrowed, widened
 from custom_ops._jit import jit, parallel_jit
 
 
 @jit
-def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
-    """``Y[m] = Fold(X[m])`` for ``m`` in ``first:stop``, in ``Y``'s element type.
+def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
+    """``y = Fold(x)``: ``x [taps, L]``, its values added as
+    :func:`~custom_ops._half_float_loops.widened` reads them (float16 bits into a float32 ``y``),
+    into ``y [prod(output)]`` flat, row-major with ``pitch[d] = prod(output[d + 1:])``;
+    ``lead_index``: a scratch of ``max(k - 2, 0)`` integers.
 
-    ``X [M, taps, L]``: per plane, tap ``t`` (row-major over the window) and block ``b``
-    (row-major over the block grid ``blocks``); ``Y [M, prod(output)]`` flat, row-major with
-    ``pitch[d] = prod(output[d + 1:])``. The value at ``(t, b)`` is added at the position
+    Tap ``t`` (row-major over the window) and block ``b`` (row-major over the block grid
+    ``blocks``): the value at ``(t, b)`` is added at the position
     ``p_d = b_d * strides[d] + offsets[t, d]`` when every ``p_d`` lies in ``[0, output[d])``
-    (``offsets[t, d] = i_d * dilation_d - start_d``). Per plane, taps go in order and each
-    tap's values in block order: one run per line of the block grid along the last axis, the
-    lines of each row range along the second-last axis clipped to the output beforehand.
+    (``offsets[t, d] = i_d * dilation_d - start_d``). Taps go in order and each tap's values in
+    block order: one run per line of the block grid along the last axis, the lines of each row
+    range along the second-last axis clipped to the output beforehand.
     """
     k = blocks.size
     last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
-    # the second-last axis (rows of lines), read once: stores into Y may alias any array
+    # the second-last axis (rows of lines), read once: stores into y may alias any array
     rows, row_stride, row_pitch, row_size = 1, 1, 0, 1
     if k > 1:
         rows, row_stride, row_pitch, row_size = (blocks[k - 2], strides[k - 2], pitch[k - 2],
                                                  output[k - 2])
-    groups = X.shape[2] // last_blocks // rows  # combinations of the leading axes
-    lead_index = np.zeros(max(k - 2, 0), np.int64)  # the group's block index per leading axis
+    groups = x.shape[1] // last_blocks // rows  # combinations of the leading axes
+    y[:] = 0
+    for t in range(x.shape[0]):
+        line = x[t]
+        shift = offsets[t, k - 1]
+        lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...
+        hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
+        row_shift = offsets[t, k - 2] if k > 1 else 0  # likewise the rows
+        first_row = max(0, -(row_shift // row_stride))
+        stop_row = min(rows, -((row_shift - row_size) // row_stride))
+        if lo >= hi or first_row >= stop_row:
+            continue
+        lead_index[:] = 0
+        for group in range(groups):
+            base, inside = shift + lo * last_stride, True
+            for d in range(k - 2):
+                p = lead_index[d] * strides[d] + offsets[t, d]
+                if p < 0 or p >= output[d]:
+                    inside = False
+                    break
+                base += p * pitch[d]
+            if inside:  # unsigned indices: no negative-index wrap, vector instructions
+                for row in range(first_row, stop_row):
+                    start = base + (row * row_stride + row_shift) * row_pitch
+                    source = (group * rows + row) * last_blocks + lo
+                    if last_stride == 1:
+                        for i in range(hi - lo):
+                            y[np.uint64(start + i)] += widened(y, line[np.uint64(source + i)])
+                    else:
+                        for i in range(hi - lo):
+                            y[np.uint64(start + i * last_stride)] += widened(
+                                y, line[np.uint64(source + i)])
+            d = k - 3  # the next group: row-major over the leading axes, no division
+            while d >= 0:
+                lead_index[d] += 1
+                if lead_index[d] < blocks[d]:
+                    break
+                lead_index[d] = 0
+                d -= 1
+
+
+@jit
+def fold_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
+    """``Y[m] = Fold(X[m])`` for ``m`` in ``first:stop``, in ``Y``'s element type
+    (:func:`_fold_plane`): ``X [M, taps, L]``, ``Y [M, prod(output)]``."""
+    lead_index = np.zeros(max(blocks.size - 2, 0), np.int64)
     for m in range(first, stop):
-        y = Y[m]
-        y[:] = 0
-        for t in range(X.shape[1]):
-            x = X[m, t]
-            shift = offsets[t, k - 1]
-            lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...
-            hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
-            row_shift = offsets[t, k - 2] if k > 1 else 0  # likewise the rows
-            first_row = max(0, -(row_shift // row_stride))
-            stop_row = min(rows, -((row_shift - row_size) // row_stride))
-            if lo >= hi or first_row >= stop_row:
-                continue
-            lead_index[:] = 0
-            for group in range(groups):
-                base, inside = shift + lo * last_stride, True
-                for d in range(k - 2):
-                    p = lead_index[d] * strides[d] + offsets[t, d]
-                    if p < 0 or p >= output[d]:
-                        inside = False
-                        break
-                    base += p * pitch[d]
-                if inside:  # unsigned indices: no negative-index wrap, vector instructions
-                    for row in range(first_row, stop_row):
-                        start = base + (row * row_stride + row_shift) * row_pitch
-                        source = (group * rows + row) * last_blocks + lo
-                        if last_stride == 1:
-                            for i in range(hi - lo):
-                                y[np.uint64(start + i)] += x[np.uint64(source + i)]
-                        else:
-                            for i in range(hi - lo):
-                                y[np.uint64(start + i * last_stride)] += x[np.uint64(source + i)]
-                d = k - 3  # the next group: row-major over the leading axes, no division
-                while d >= 0:
-                    lead_index[d] += 1
-                    if lead_index[d] < blocks[d]:
-                        break
-                    lead_index[d] = 0
-                    d -= 1
+        _fold_plane(X[m], Y[m], offsets, blocks, strides, output, pitch, lead_index)
+
+
+@jit
+def fold_half_planes(X, Y, offsets, blocks, strides, output, pitch, first, stop):
+    """:func:`fold_planes` of float16 bits (uint16 ``X`` and ``Y``): each plane summed in a
+    float32 line, then rounded once to float16."""
+    lead_index = np.zeros(max(blocks.size - 2, 0), np.int64)
+    sums = np.empty(Y.shape[1], np.float32)
+    for m in range(first, stop):
+        _fold_plane(X[m], sums, offsets, blocks, strides, output, pitch, lead_index)
+        out = Y[m]
+        for i in range(sums.size):  # indices from 0: no wraparound check, so it vectorises
+            out[i] = narrowed(out, sums[i])
 
 
 @parallel_jit
@@ -75,3 +103,11 @@ def fold_bands(cuts, X, Y, offsets, blocks, strides, output, pitch):
     """:func:`fold_planes` on the bands of planes ``cuts[g]:cuts[g + 1]``, one thread each."""
     for g in prange(cuts.size - 1):
         fold_planes(X, Y, offsets, blocks, strides, output, pitch, cuts[g], cuts[g + 1])
+
+
+@parallel_jit
+def fold_half_bands(cuts, X, Y, offsets, blocks, strides, output, pitch):
+    """:func:`fold_half_planes` on the bands of planes ``cuts[g]:cuts[g + 1]``, one thread
+    each."""
+    for g in prange(cuts.size - 1):
+        fold_half_planes(X, Y, offsets, blocks, strides, output, pitch, cuts[g], cuts[g + 1])

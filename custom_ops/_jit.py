@@ -12,8 +12,11 @@ call: importing the package does not import numba (about half a second).
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -59,8 +62,38 @@ def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
             _uncached.append(function.__name__)
             return numba.njit(cache=False, **settings)(function)
         _hook_cache(dispatcher)
+        _stamp_with_imports(dispatcher, function)
         return dispatcher
     return compile_
+
+
+def _stamp_with_imports(dispatcher: Any, function: Callable) -> None:
+    """Let ``dispatcher``'s cache go stale when a module of its package that ``function``'s
+    module imports from changes, not only its own file: numba stamps a cache with the source of
+    its function's file alone, while the cached machine code holds the compiled code it calls
+    from other modules (:mod:`custom_ops._half_float_loops`). The stamp becomes numba's with the
+    hash of each such module's source (numba's private parts: where they differ, the stamp is
+    left as numba has it)."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    package, _, _ = function.__module__.rpartition(".")
+    if cache_file is None or getattr(cache_file, "_source_stamp", None) is None or not package:
+        return
+    names = set()
+    for value in list(function.__globals__.values()):
+        name = getattr(value, "__module__", None)
+        if (isinstance(name, str) and name.startswith(package + ".")
+                and name != function.__module__):
+            names.add(name)
+    sources = tuple((name, _source_hash(path)) for name in sorted(names)
+                    if (path := getattr(sys.modules.get(name), "__file__", None)))
+    if sources:
+        cache_file._source_stamp = (cache_file._source_stamp, sources)
+
+
+@functools.cache
+def _source_hash(path: str) -> str:
+    with open(path, "rb") as source:
+        return hashlib.sha256(source.read()).hexdigest()
 
 
 def _hook_cache(dispatcher: Any) -> None:

@@ -1,6 +1,6 @@
 """The compiled loops of :func:`custom_ops._threads.channels_last` and of the float16 conversions
 of :func:`custom_ops._threads.converted`, by :data:`custom_ops._jit.jit` (numba has no float16
-on the CPU: float16 values travel as their uint16 bits)."""
+on the CPU: float16 values travel as their uint16 bits, see :mod:`custom_ops._half_float_loops`)."""
 
 from __future__ import annotations
 
@@ -8,36 +8,12 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
+from custom_ops._half_float_loops import float_to_half
 from custom_ops._jit import jit, parallel_jit
 
 PIXELS, CHANNELS = 256, 8
 """The tile of one pass: a run of pixels of eight channels (32 bytes of each output row in
 float32), which reads and writes whole cache lines."""
-
-
-@jit
-def float_to_half(bits):
-    """The bits of the float16 nearest the float32 whose bits are ``bits`` (uint32; ties to
-    even; beyond float16's range: infinity; NaN stays NaN with the top of its payload), as
-    numpy's ``astype(np.float16)`` rounds. Branch-free uint32 arithmetic, so that loops over
-    it vectorise (about 0.3 ns a value on one thread, numpy's takes 1.5)."""
-    one = np.uint32(1)
-    u = bits & np.uint32(0x7FFFFFFF)
-    sign = (bits >> np.uint32(16)) & np.uint32(0x8000)
-    # normal: drop 13 bits, ties to even; a carry raises the exponent, up to infinity
-    normal = (u - np.uint32(0x38000000) + np.uint32(0xFFF) + ((u >> np.uint32(13)) & one)) \
-        >> np.uint32(13)
-    # below 2^-14: the significand with its leading bit, shifted right by 126 - exponent
-    shift = np.uint32(126) - (u >> np.uint32(23))
-    shift = shift if shift < np.uint32(31) else np.uint32(31)
-    significand = (u & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
-    subnormal = (significand + (one << (shift - one)) - one + ((significand >> shift) & one)) \
-        >> shift
-    payload = (u & np.uint32(0x7FFFFF)) >> np.uint32(13)
-    nan = np.uint32(0x7C00) + (payload if payload > one else one)
-    large = nan if u > np.uint32(0x7F800000) else np.uint32(0x7C00)
-    small = subnormal if u < np.uint32(0x38800000) else normal
-    return np.uint16(sign | (large if u >= np.uint32(0x47800000) else small))
 
 
 @jit

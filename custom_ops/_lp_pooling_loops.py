@@ -2,16 +2,19 @@
 
 Planes are ``X [P, D0, D1, D2]`` (inputs of one or two spatial axes get leading axes of size 1,
 with window 1, stride 1, dilation 1, no padding) and ``Y [P, O0, O1, O2]``, both in the compute
-type. The window sum is separable: ``|x|^p`` summed along axis 0, then axis 1, then axis 2, each
-over the taps in order; a tap that reads padding adds nothing (a zero), and the taps that read
-padding only are left out. The innermost loops run over contiguous rows.
+type, or float16 bits (uint16: read as float32 exactly, written rounded once). The window sum
+is separable: ``|x|^p`` summed along axis 0, then axis 1, then axis 2, each over the taps in
+order; a tap that reads padding adds nothing (a zero), and the taps that read padding only are
+left out. The innermost loops run over contiguous rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
+from custom_ops._half_float_loops import narrowed, widened
 from custom_ops._jit import jit, parallel_jit
 
 
@@ -20,16 +23,18 @@ def pool_planes(X, start_plane, stop_plane, first_tap, stop_tap, strides, dilati
                 unusual):
     """``Y[q] = (window sums of |X[q]|^p)^(1/p)`` for the planes ``start_plane:stop_plane``,
     over the taps ``first_tap:stop_tap`` of each axis (the others read padding only); for
-    ``p > 2`` the sums alone (the caller takes the root with numpy's vectorised power).
-    ``unusual[q]`` is set when a nonzero ``|x|^p`` of the plane is below the normal range or
-    infinite, or a window sum is infinite: there the sums are not exact to rounding."""
+    ``p > 2`` the sums alone (the caller takes the root with numpy's vectorised power), computed
+    in ``Y``'s element type, or in float32 where ``Y`` is float16 bits (``p <= 2``), written
+    rounded once. ``unusual[q]`` is set when a nonzero ``|x|^p`` of the plane is below the
+    normal range or infinite, or a window sum is infinite: there the sums are not exact to
+    rounding."""
     _, d0, d1, d2 = X.shape
     _, o0, o1, o2 = Y.shape
-    power = np.empty((d0, d1, d2), Y.dtype)
-    along0 = np.empty((o0, d1, d2), Y.dtype)
-    along1 = np.empty((o0, o1, d2), Y.dtype)
-    sums = np.empty(o2, Y.dtype)
-    tiny = Y.dtype.type(np.finfo(Y.dtype).tiny)
+    power = np.empty((d0, d1, d2), _compute_type(Y))
+    along0 = np.empty((o0, d1, d2), power.dtype)
+    along1 = np.empty((o0, o1, d2), power.dtype)
+    sums = np.empty(o2, power.dtype)
+    tiny = power.dtype.type(np.finfo(power.dtype).tiny)
     for q in range(start_plane, stop_plane):
         flag = False
         for i in range(d0):
@@ -73,24 +78,26 @@ def pool_bands(cuts, X, first_tap, stop_tap, strides, dilations, start, p, Y, un
 
 @jit
 def _powers(values, p, tiny, power):
-    """``power = |values|^p`` (one row); whether a nonzero one is below ``tiny`` or
+    """``power = |values|^p`` (one row; float16 bits read as float32,
+    :func:`~custom_ops._half_float_loops.widened`); whether a nonzero one is below ``tiny`` or
     infinite."""
     if p == 1:
         for e in range(values.size):
-            power[e] = abs(values[e])
+            power[e] = abs(widened(power, values[e]))
     elif p == 2:
         for e in range(values.size):
-            power[e] = abs(values[e]) * abs(values[e])
+            value = abs(widened(power, values[e]))
+            power[e] = value * value
     elif power.itemsize == 4:  # in float64 by squaring, rounded once: exact and fast
         for e in range(values.size):
-            power[e] = np.float64(abs(values[e])) ** p
+            power[e] = np.float64(abs(widened(power, values[e]))) ** p
     else:
         exponent = power.dtype.type(p)
         for e in range(values.size):
-            power[e] = abs(values[e]) ** exponent
+            power[e] = abs(widened(power, values[e])) ** exponent
     unusual = False
     for e in range(values.size):
-        unusual |= (power[e] < tiny and values[e] != 0) or power[e] == np.inf
+        unusual |= (power[e] < tiny and widened(power, values[e]) != 0) or power[e] == np.inf
     return unusual
 
 
@@ -109,13 +116,43 @@ def _add(target, target_start, source, source_start, source_step, length):
 
 @jit
 def _roots(sums, p, out):
-    """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums``; whether a sum is infinite."""
+    """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums``, each value as ``out`` stores it
+    (:func:`~custom_ops._half_float_loops.narrowed`: float16 bits, rounded once); whether a sum
+    is infinite."""
     if p == 2:
         for e in range(sums.size):
-            out[e] = np.sqrt(sums[e])
+            out[e] = narrowed(out, np.sqrt(sums[e]))
     else:
-        out[:] = sums
+        for e in range(sums.size):
+            out[e] = narrowed(out, sums[e])
     unusual = False
     for e in range(sums.size):
         unusual |= sums[e] == np.inf
     return unusual
+
+
+def _compute_type(Y):
+    """The element type the loops compute ``Y`` in (compiled through :func:`_compute_type_of`):
+    ``Y``'s own, float32 for float16 bits."""
+
+
+@overload(_compute_type, inline="always")
+def _compute_type_of(Y):
+    if Y.dtype == types.uint16:
+        return lambda Y: np.dtype(np.float32)
+    return lambda Y: Y.dtype
+
+
+@jit
+def halves_run(floats, out, start, stop):
+    """``out[start:stop]`` = the float16 bits nearest ``floats[start:stop]`` (flat float32)."""
+    source, target = floats[start:stop], out[start:stop]
+    for i in range(source.size):  # indices from 0: no wraparound check, so it vectorises
+        target[i] = narrowed(target, source[i])
+
+
+@parallel_jit
+def halves_bands(cuts, floats, out):
+    """:func:`halves_run` on the runs ``cuts[g]:cuts[g + 1]``, one thread each."""
+    for g in prange(cuts.size - 1):
+        halves_run(floats, out, cuts[g], cuts[g + 1])

@@ -12,10 +12,11 @@ around like numpy; float32 and float64 accumulate in their own type; float16 acc
 float32 and is rounded once at the end.
 
 Implementation: the compiled loop of :mod:`custom_ops._fold_loops`, planes ``N * C`` split
-over threads. Per plane the output is zeroed, then every tap adds its values line by line (one
-contiguous run of ``X`` per line of the block grid along the last axis), so ``X`` is read once
-while the plane's output stays in cache. float16 planes are converted to float32 in chunks of
-about :data:`CHUNK_BYTES` of output.
+over threads (started from compiled code). Per plane the output is zeroed, then every tap adds
+its values line by line (one contiguous run of ``X`` per line of the block grid along the last
+axis), so ``X`` is read once while the plane's output stays in cache. float16 is read as its
+bits, converted exactly to float32 as it is added into a float32 line of the thread's that
+holds the plane, which is then written as float16 bits: no float32 copy of ``X`` or ``Y``.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ from typing import Any
 import numpy as np
 
 from custom_ops._checks import KernelError, check_ints, check_rank, takes_attributes
-from custom_ops._threads import LayoutMemo, bands, compiled, convert_into, run_bands, run_parallel
+from custom_ops._threads import LayoutMemo, bands, compiled, run_bands
 from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
 
 OP = "Fold"
-CHUNK_BYTES = 1 << 20
-"""float16: output bytes (float32) of the planes converted and folded together."""
 
 
 @lru_cache(maxsize=256)
@@ -122,22 +121,11 @@ def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> 
     """``Y [M, prod(output)]`` from ``planes [M, taps, L]``, bands of planes over threads."""
     loops = compiled("_fold_loops")
 
-    count, size = Y.shape
+    groups = bands(Y.shape[0], planes.size)
     if Y.dtype != np.float16:
-        run_bands(bands(count, planes.size),
-                  lambda first, stop: loops.fold_planes(planes, Y, *tables, first, stop),
+        run_bands(groups, lambda first, stop: loops.fold_planes(planes, Y, *tables, first, stop),
                   lambda cuts: loops.fold_bands(cuts, planes, Y, *tables))
         return
-
-    def fold_band(first: int, stop: int) -> None:
-        chunk = max(1, CHUNK_BYTES // (4 * size))  # float16: summed in float32, rounded once
-        for lo in range(first, stop, chunk):
-            hi = min(stop, lo + chunk)
-            sums = np.empty((hi - lo, size), np.float32)
-            wide = np.empty(planes[lo:hi].shape, np.float32)
-            convert_into(planes[lo:hi], wide)
-            loops.fold_planes(wide, sums, *tables, 0, hi - lo)
-            convert_into(sums, Y[lo:hi])  # sums beyond float16's range round to +-inf
-
-    run_parallel([functools.partial(fold_band, first, stop)
-                  for first, stop in bands(count, planes.size)])
+    bits, out = planes.view(np.uint16), Y.view(np.uint16)  # float16: summed in float32
+    run_bands(groups, lambda first, stop: loops.fold_half_planes(bits, out, *tables, first, stop),
+              lambda cuts: loops.fold_half_bands(cuts, bits, out, *tables))

@@ -31,7 +31,7 @@ from custom_ops._checks import (
     compute_dtype,
     takes_attributes,
 )
-from custom_ops._threads import bands, compiled, convert_into, converted, run_bands
+from custom_ops._threads import bands, compiled, run_bands
 from custom_ops._window import (
     WindowGeometry,
     as_key,
@@ -131,10 +131,13 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     once; then the outputs whose sums left the normal range, rescaled."""
     loops = compiled("_lp_pooling_loops")
 
-    dtype = compute_dtype(X.dtype)
     count = math.prod(X.shape[:2])
-    planes = converted(X.reshape(count, *plan.planes), dtype)
-    computed = Y if Y.dtype == dtype else np.empty(Y.shape, dtype)
+    planes = np.ascontiguousarray(X).reshape(count, *plan.planes)
+    computed = Y
+    if X.dtype == np.float16:  # its bits, read as float32 and written rounded once
+        planes = planes.view(np.uint16)
+        # p > 2: float32 sums for numpy's power, then rounded once over the threads
+        computed = Y.view(np.uint16) if p <= 2 else np.empty(Y.shape, np.float32)
     out = computed.reshape(count, *((1,) * (3 - plan.geometry.k)), *Y.shape[2:])
     unusual = np.zeros(count, bool)
     work = Y.size * sum(len(r) for r in plan.reading) + X.size
@@ -144,9 +147,12 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
                                                     unusual),
               lambda cuts: loops.pool_bands(cuts, planes, *plan.loops, p, out, unusual))
     if p > 2:  # numpy's vectorised power: several times faster than a compiled scalar one
-        np.power(out, dtype.type(1.0 / p), out=out)
-    if computed is not Y:
-        convert_into(computed, Y)
+        np.power(out, out.dtype.type(1.0 / p), out=out)
+        if computed.dtype != Y.dtype:
+            floats, halves = computed.reshape(-1), Y.view(np.uint16).reshape(-1)
+            run_bands(bands(Y.size, Y.size),
+                      lambda start, stop: loops.halves_run(floats, halves, start, stop),
+                      lambda cuts: loops.halves_bands(cuts, floats, halves))
     if unusual.any():
         _rescale(X, Y, plan, p)
 

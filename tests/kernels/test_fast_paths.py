@@ -66,17 +66,16 @@ def test_unfold_gather_and_strided_paths_agree(case, dtype, force):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8])
-def test_fold_thread_count_and_chunks_change_no_bit(case, dtype, force):
-    """Planes split over threads (and float16 planes converted in chunks): the same bits on
-    one thread and on several, and the plain loop reference's values."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint16, np.uint8])
+def test_fold_thread_count_changes_no_bit(case, dtype, force):
+    """Planes split over threads: the same bits on one thread and on several, and the plain
+    loop reference's values."""
     shape = unfold_module.unfold(np.zeros((2, 3, *case[-1]), dtype), **_attributes(case)).shape
     x = _random(np.random.default_rng(1), shape, dtype)
     attributes = {**_attributes(case), "output_size": case[-1]}
     force(_threads, "GRAIN", 1)  # split even this small work
     results = []
-    for chunk, threads in ((1 << 30, 1), (1, 1), (1, 2), (40, 3)):
-        force(fold_module, "CHUNK_BYTES", chunk)
+    for threads in (1, 2, 3, 6):
         force(_threads, "THREADS", threads)
         results.append(fold_module.fold(x, **attributes))
     for got in results:
@@ -266,6 +265,34 @@ def test_channels_last_converts_every_float16_exactly():
     want = X.transpose(0, 2, 3, 1).astype(np.float32)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_the_loops_read_and_write_every_float16_as_numpy_does():
+    """What Fold and LpPooling read float16 bits with (``widened``: every one of the 65536
+    values, signalling NaN payloads, subnormals and zeros with their sign) and write them with
+    (``narrowed``: ties to even, subnormals, infinities, NaN payloads): numpy's conversions,
+    bit for bit."""
+    from numba import njit
+
+    from custom_ops._half_float_loops import narrowed, widened
+
+    @njit
+    def convert(source, target):
+        for i in range(source.size):
+            target[i] = narrowed(target, widened(target, source[i]))
+
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    got = np.empty(bits.size, np.float32)
+    convert(bits, got)
+    _same_bits(got, bits.view(np.float16).astype(np.float32))
+    floats = _float32_cases()
+    written = np.empty(floats.size, np.uint16)
+    convert(floats, written)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _same_bits(written.view(np.float16), floats.astype(np.float16))
+    integers = np.arange(1 << 16, dtype=np.uint16)  # uint16 into uint16: integers, as they are
+    convert(bits, integers)
+    np.testing.assert_array_equal(integers, bits)
 
 
 def _float32_cases() -> np.ndarray:

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from custom_ops.lp_pooling import lp_pooling
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as reference
 from tests._support.native import run_native
+from tests.kernels._float16 import assert_rounded_once, halves, special_halves
+from tests.kernels._float16 import threads as float16_threads
 
 
 def _attributes(window, strides=None, start=None, end=None, dilations=None, p=2) -> dict:
@@ -80,6 +82,57 @@ def test_float16_is_computed_in_float32_and_rounded_once(p):
     got = lp_pooling(x, **a)
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, lp_pooling(x.astype(np.float32), **a).astype(np.float16))
+
+
+LP_FLOAT16_GEOMETRIES = [  # window, strides, start, end, dilations, spatial: k = 1, 2, 3
+    ((3,), (2,), (1,), (2,), (2,), (13,)),
+    ((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (9, 8)),
+    ((2, 3), (2, 1), (0, 2), (1, 0), (1, 2), (7, 9)),
+    ((2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (2, 1, 1), (5, 6, 4)),
+]
+
+
+@pytest.mark.parametrize("geometry", LP_FLOAT16_GEOMETRIES, ids=lambda g: f"k{len(g[0])}")
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_float16_of_every_kind_is_float32_rounded_once_bit_for_bit(geometry, p, threads):
+    """float16 read as its bits and written rounded once (p > 2: numpy's root of the float32
+    sums, then rounded over the threads): numpy's rounding of the float32 result on the same
+    values, for values of every kind (norms beyond float16's range, subnormal norms, both zeros,
+    infinities, NaN), in bands over threads."""
+    window, strides, start, end, dilations, spatial = geometry
+    x = special_halves(np.random.default_rng(p * 10 + len(window)), (3, 4, *spatial))
+    x[0, 0] = 60000  # norms of two or more beyond float16's range: infinity
+    x[0, 1] = 2.0 ** -24  # p = 1: subnormal norms
+    x[0, 2] = -0.0
+    x[0, 3].flat[::3] = np.nan
+    a = _attributes(window, strides, start, end, dilations, p)
+    with float16_threads(threads):
+        got = lp_pooling(x, **a)
+    assert_rounded_once(got, lp_pooling(x.astype(np.float32), **a))
+    assert np.isinf(got[0, 0]).any() and np.isnan(got).any() and not got[0, 2].any()
+    if p == 1:
+        assert ((got[0, 1] > 0) & (got[0, 1] < 2.0 ** -14)).all()
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_float16_of_every_value(p):
+    """Each of the 65536 float16 values in a window of its own and beside its neighbour."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(4, 4, 4096)
+    for window in ([1], [2]):
+        a = _attributes(window, p=p)
+        assert_rounded_once(lp_pooling(every, **a), lp_pooling(every.astype(np.float32), **a))
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_float16_empty_shapes(p):
+    for shape, a in (((0, 3, 5, 5), _attributes([3, 3], p=p)),  # no batch
+                     ((2, 0, 5, 5), _attributes([3, 3], p=p)),  # no channel
+                     ((2, 3, 0, 5), _attributes([1, 3], start=[1, 0], end=[1, 0], p=p))):
+        got = lp_pooling(np.ones(shape, np.float16), **a)
+        want = lp_pooling(np.ones(shape, np.float32), **a)
+        assert got.dtype == np.float16
+        assert_rounded_once(got, want)
 
 
 def test_float64_keeps_double_precision():
@@ -152,6 +205,26 @@ def test_property_matches_loop_reference(data, k, p, dtype):
     got = lp_pooling(x, **a)
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, reference(x, **a), rtol=tolerance, atol=tolerance)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(data=st.data(), k=st.integers(1, 3), p=st.integers(1, 8), threads=st.integers(1, 3))
+def test_float16_property_is_float32_rounded_once(data, k, p, threads):
+    """Any float16 values (NaN, infinities, subnormals, zeros of both signs), any geometry:
+    numpy's rounding of the float32 result on the same values, bit for bit."""
+    window = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    dilations = data.draw(st.lists(st.integers(1, 2), min_size=k, max_size=k))
+    strides = data.draw(st.lists(st.integers(1, 2), min_size=k, max_size=k))
+    start = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    end = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    spatial = [data.draw(st.integers(max(1, d * (w - 1) + 1 - a - b), 6))
+               for w, d, a, b in zip(window, dilations, start, end)]
+    x = data.draw(halves((data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)),
+                          *spatial)))
+    a = _attributes(window, strides, start, end, dilations, p)
+    with float16_threads(threads):
+        got = lp_pooling(x, **a)
+    assert_rounded_once(got, lp_pooling(x.astype(np.float32), **a))
 
 
 ERRORS = [

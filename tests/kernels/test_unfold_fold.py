@@ -21,6 +21,8 @@ from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests._support.native import run_native
+from tests.kernels._float16 import assert_rounded_once, halves
+from tests.kernels._float16 import threads as float16_threads
 from tests.kernels._unfold_fold import (
     NUMERIC_TYPES,
     _blocks,
@@ -321,6 +323,20 @@ def test_fold_property(geometry, n, c, dtype):
                      fold_shape(n, c, w, s, d, a, e, spatial), dtype)
     got = fold(y, **attrs(w, s, d, a, e), output_size=list(spatial))
     assert_fold_matches(got, fold_reference(y, **attrs(w, s, d, a, e), output_size=list(spatial)))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(geometry=geometries(max_k=3), n=st.integers(0, 2), c=st.integers(1, 3),
+       threads=st.integers(1, 3), data=st.data())
+def test_fold_float16_property_is_float32_rounded_once(geometry, n, c, threads, data):
+    """Any float16 values (NaN, infinities, subnormals, zeros of both signs): the float32 fold
+    of the same values rounded once by numpy, bit for bit, on any number of bands."""
+    spatial, w, s, d, a, e = geometry
+    y = data.draw(halves(fold_shape(n, c, w, s, d, a, e, spatial)))
+    kw = {**attrs(w, s, d, a, e), "output_size": list(spatial)}
+    with float16_threads(threads):
+        got = fold(y, **kw)
+    assert_rounded_once(got, fold(y.astype(np.float32), **kw))
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

@@ -4,6 +4,7 @@ and types, each a ValueError naming the operator, the node, the field and the va
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -15,6 +16,8 @@ from custom_ops.unfold import prepare as unfold_check_attributes
 from custom_ops.unfold import unfold
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
+from tests.kernels._float16 import assert_rounded_once, special_halves
+from tests.kernels._float16 import threads as float16_threads
 from tests.kernels._unfold_fold import (
     INT_TYPES,
     NUMERIC_TYPES,
@@ -88,6 +91,59 @@ def test_fold_float16_accumulates_in_float32_and_rounds_once():
     y = np.full((1, 2, 2), 60000.0, dtype=np.float16)
     got = fold(y, **attrs([2]), output_size=[3])
     np.testing.assert_array_equal(got[0, 0], np.array([60000.0, np.inf, 60000.0], np.float16))
+
+
+FLOAT16_GEOMETRIES = [  # window, strides, dilations, start, end, output: k = 1, 2, 3
+    ((3,), (2,), (2,), (3,), (0,), (11,)),
+    ((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (7, 6)),
+    ((2, 3), (2, 1), (1, 2), (0, 2), (1, 0), (6, 9)),
+    ((2, 2, 2), (1, 2, 1), (2, 1, 1), (1, 0, 1), (0, 1, 1), (4, 5, 3)),
+]
+
+
+@pytest.mark.parametrize("geometry", FLOAT16_GEOMETRIES, ids=lambda g: f"k{len(g[0])}-{g[-1]}")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fold_float16_is_float32_rounded_once_bit_for_bit(geometry, threads):
+    """float16 read as its bits, summed in float32 and written as float16 bits: numpy's
+    rounding of the float32 fold of the same values, for values of every kind (sums that
+    overflow to infinity, subnormals, both zeros, infinities, NaN), in bands over threads."""
+    w, s, d, a, e, out = geometry
+    y = special_halves(np.random.default_rng(len(w) * 10 + threads),
+                       fold_shape(3, 5, w, s, d, a, e, out))
+    taps = math.prod(w)
+    y[0, :taps] = 30000  # channel 0: sums of two or more overflow float16
+    y[0, taps:2 * taps] = 2.0 ** -24  # channel 1: sums of the smallest subnormal
+    y[0, 2 * taps:3 * taps, ::3] = np.nan  # channel 2: NaN in some sums
+    kw = {**attrs(w, s, d, a, e), "output_size": list(out)}
+    with float16_threads(threads):
+        got = fold(y, **kw)
+    assert_rounded_once(got, fold(y.astype(np.float32), **kw))
+    assert np.isinf(got[0, 0]).any() and np.isnan(got).any()
+    assert ((got[0, 1] > 2.0 ** -24) & (got[0, 1] < 2.0 ** -14)).any()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_fold_float16_of_every_value_and_empty_shapes(threads):
+    """Each of the 65536 float16 values alone in its output (a 1x1 window), and beside one
+    another (a 2x1 window adds pairs), then empty batches, channels and outputs."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    with float16_threads(threads):
+        alone = fold(every.reshape(16, 1, 4096), **attrs([1]), output_size=[4096])
+        pairs = fold(every.reshape(8, 2, 4096), **attrs([2], e=[1]), output_size=[4096])
+        assert_rounded_once(alone, fold(every.astype(np.float32).reshape(16, 1, 4096),
+                                        **attrs([1]), output_size=[4096]))
+        np.testing.assert_array_equal(alone.reshape(-1).view(np.uint16)[:0x7C00],
+                                      np.arange(0x7C00, dtype=np.uint16))  # finite, positive
+        assert_rounded_once(pairs, fold(every.astype(np.float32).reshape(8, 2, 4096),
+                                        **attrs([2], e=[1]), output_size=[4096]))
+        for shape, kw in (((0, 9, 16), {**attrs([3, 3], a=[1, 1], e=[1, 1]),
+                                        "output_size": [4, 4]}),  # no batch
+                          ((2, 0, 9), {**attrs([2, 2]), "output_size": [4, 4]}),  # no channel
+                          ((1, 4, 4), {**attrs([1, 2], a=[1, 0], e=[1, 0]),
+                                       "output_size": [0, 3]})):  # an empty output axis
+            got = fold(np.ones(shape, np.float16), **kw)
+            assert got.shape == fold(np.ones(shape, np.float32), **kw).shape
+            assert got.dtype == np.float16 and got.size == 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -227,6 +227,35 @@ def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path
     assert repaired.stdout == want and "cannot be read" not in repaired.stderr
 
 
+def test_a_loops_cache_goes_stale_when_a_module_it_calls_into_changes(tmp_path):
+    """numba stamps a cache with its function's own file, while the cached code holds what it
+    calls from other modules (the loops' float16 reads and writes): a change there alone
+    compiles the callers afresh, where numba would load their stale code."""
+    package = tmp_path / "stamped"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "caller.py").write_text(textwrap.dedent("""
+        from custom_ops._jit import jit
+        from stamped.callee import value
+
+        @jit
+        def call():
+            return value()
+    """))
+    code = "import stamped.caller; print(stamped.caller.call())"
+    environment = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+                   "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    for result in (1, 1, 2, 2):  # compiled, from the cache, compiled afresh, from the cache
+        (package / "callee.py").write_text(textwrap.dedent(f"""
+            from custom_ops._jit import jit
+
+            @jit
+            def value():
+                return {result}
+        """))
+        assert _child_with(code, **environment).stdout.strip() == str(result)
+
+
 def test_without_a_place_for_numbas_cache_the_kernels_compile_and_say_so_once():
     """A read-only install and no writable home: numba finds no place for a cache ("no
     locator available"), which failed every compiled kernel."""

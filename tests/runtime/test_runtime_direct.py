@@ -126,12 +126,16 @@ def test_float16_through_the_session_is_float32_rounded_once(shape):
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
 def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float16,
                                                                monkeypatch):
-    """Fold, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as they are
-    where the kernels have FLOAT16_THREADS threads (their compiled conversions), else as
-    float32 from onnxruntime's Cast: either way the outputs are the float32 computation rounded
-    once (the spec's float16 rule), as a plain session gives them."""
+    """Fold, LpPooling, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as
+    they are where the kernels have FLOAT16_THREADS threads (their compiled conversions), else
+    as float32 from onnxruntime's Cast: either way the outputs are the float32 computation
+    rounded once (the spec's float16 rule), as a plain session gives them."""
     from dml_onnx.runtime import hook
     monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
+    conversions = []
+    convert = hook._convert
+    monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
+        conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
     rng = np.random.default_rng(6)
     columns = rng.standard_normal((2, 36, 1600)).astype(np.float16)  # above the grain
     gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
@@ -155,14 +159,23 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
         pool = _model([dml_onnx.roi_pooling("X", "boxes", "Y", pooled_size=[3, 3])],
                       [_value("X", elem, list(image.shape)), _value("boxes", elem, [40, 5])],
                       [_value("Y", elem)])
-        return fold, grad, align, pool
+        lp_pools = [_model([dml_onnx.lp_pooling("X", "Y", window_size=[3, 3], strides=[1, 2],
+                                                start_padding=[1, 1], end_padding=[1, 1], p=p)],
+                           [_value("X", elem, list(image.shape))], [_value("Y", elem)])
+                    for p in (2, 3)]
+        return fold, grad, align, pool, *lp_pools
 
     image = rng.standard_normal((2, 4, 64, 64)).astype(np.float16)  # above the grain
     boxes = np.concatenate([batch[:, None].astype(np.float16), rois], 1)
     feeds = ({"X": columns}, {"dY": gradient, "rois": rois, "batch": batch},
-             {"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes})
-    for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds):
+             {"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes},
+             {"X": image}, {"X": image})
+    for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds,
+                                strict=True):
+        conversions.clear()
         (got,) = dml_onnx.InferenceSession(half).run(None, feed)
+        widened = (np.dtype(np.float16), np.dtype(np.float32)) in conversions
+        assert widened == (threads_for_float16 > 1), (half.graph.node, conversions)
         wide_feed = {k: v.astype(np.float32) if v.dtype == np.float16 else v
                      for k, v in feed.items()}
         (want,) = dml_onnx.InferenceSession(wide).run(None, wide_feed)
@@ -217,8 +230,9 @@ def test_the_session_model_passes_graph_values_outside_onnxruntime():
 
 
 def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
-    """The plan needs no session: float16 reaches a float16 kernel (Unfold) uncast when all its
-    inputs are direct, and every other kernel through a Cast to float32."""
+    """The plan needs no session: float16 reaches a kernel uncast when all its inputs of that
+    type are direct (Unfold, LpPooling), and through a Cast to float32 otherwise (RoiAlign1 with
+    its regions computed in the graph; LpPooling after another node)."""
     unfold = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                     [_value("X", TensorProto.FLOAT16, [1, 1, 3])],
                     [_value("U", TensorProto.FLOAT16)])
@@ -233,8 +247,17 @@ def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
                   [_value("X", TensorProto.FLOAT16, [1, 1, 4, 4])],
                   [_value("Y", TensorProto.FLOAT16)])
     plan = _plan_node(pool.graph.node[0], element_types(pool), {"X"}, set())
-    assert plan.config["feeds"] == [["X", "float16", "float32"]]
+    assert plan.config["feeds"] == [["X", "float16", "float16"]]
     assert "fetches" in plan.config and plan.config["fetches"] == [None]
     plan = _plan_node(pool.graph.node[0], element_types(pool), set(), set())
     assert (plan.inputs[0].direct, plan.inputs[0].cast) == (False, True)
     assert "feeds" not in plan.config and plan.config["outputs"] == [True]
+
+    align = _model([dml_onnx.roi_align1("X", "rois", "batch", "Y", output_size=[2, 2])],
+                   [_value("X", TensorProto.FLOAT16, [1, 1, 4, 4]),
+                    _value("rois", TensorProto.FLOAT16, [1, 4]),
+                    _value("batch", TensorProto.INT64, [1])], [_value("Y", TensorProto.FLOAT16)])
+    plan = _plan_node(align.graph.node[0], element_types(align), {"X"}, set())
+    assert plan.config["feeds"] == [["X", "float16", "float32"], None, None]
+    assert [(i.direct, i.cast) for i in plan.inputs] == [(True, False), (False, True),
+                                                        (False, False)]
