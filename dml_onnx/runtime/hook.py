@@ -69,18 +69,18 @@ _PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
 _CAST_TO_FLOAT = {TensorProto.FLOAT16}
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
-FLOAT16_CONVERTING = frozenset({"Fold", "LpPooling", "RoiAlign1", "RoiAlignGrad", "RoiPooling"})
+FLOAT16_CONVERTING = frozenset({"LpPooling", "RoiAlign1", "RoiAlignGrad", "RoiPooling"})
 """Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
 them to float32 over the threads (in their channels-last copy, by
-:func:`custom_ops._threads.converted`, or as their compiled loops read them: Fold, LpPooling),
-from :data:`FLOAT16_THREADS` threads on."""
+:func:`custom_ops._threads.converted`, or as their compiled loops read them: LpPooling), from
+:data:`FLOAT16_THREADS` threads on."""
 FLOAT16_THREADS = 8
 """With fewer threads, onnxruntime's one-thread vectorised ``Cast`` converts float16 to
-float32 faster than :data:`FLOAT16_CONVERTING`'s kernels do (measured: float16 Fold at 16
-cores 3.0 against 8.4 ms, RoiAlign1 4.2-4.4 against 7.2-7.6 ms; at 1 and 2 cores Fold
-7.5 / 8.2 against 4.4 / 3.7 ms). Since Fold reads float16 bits in its loop, its float16 row
-at one core of the 2-core machine takes 2.5-2.7 ms as it is against 4.4-4.9 with the Cast
-(LpPooling p=2: 7.2-7.4 against 7.1-8.1)."""
+float32 faster than :data:`FLOAT16_CONVERTING`'s kernels do (measured: RoiAlign1 at 16 cores
+4.2-4.4 as it is against 7.2-7.6 ms with the Cast). LpPooling p=2 at one core of the 2-core
+machine takes 7.2-7.4 ms as it is against 7.1-8.1 with the Cast. Fold, whose loop reads
+float16 bits as it sums, takes them as it is at any thread count (2.5-2.7 ms against 4.4-4.9
+with the Cast at one core)."""
 _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 
 

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
+from custom_ops.fold import fold
 from custom_ops.lp_pooling import lp_pooling
 from custom_ops.roi_align1 import roi_align1
 from custom_ops.unfold import unfold
@@ -126,7 +127,7 @@ def test_float16_through_the_session_is_float32_rounded_once(shape):
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
 def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float16,
                                                                monkeypatch):
-    """Fold, LpPooling, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as
+    """LpPooling, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as
     they are where the kernels have FLOAT16_THREADS threads (their compiled conversions), else
     as float32 from onnxruntime's Cast: either way the outputs are the float32 computation
     rounded once (the spec's float16 rule), as a plain session gives them."""
@@ -137,16 +138,12 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
     monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
         conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
     rng = np.random.default_rng(6)
-    columns = rng.standard_normal((2, 36, 1600)).astype(np.float16)  # above the grain
     gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
     rois = np.concatenate([rng.uniform(0, 20, (40, 2)), rng.uniform(22, 60, (40, 2))],
                           1).astype(np.float16)
     batch = rng.integers(0, 2, 40)
 
     def models(elem):
-        fold = _model([dml_onnx.fold("X", "Y", window_sizes=[3, 3], start_padding=[1, 1],
-                                     end_padding=[1, 1], output_size=[40, 40])],
-                      [_value("X", elem, list(columns.shape))], [_value("Y", elem)])
         grad = _model([dml_onnx.roi_align_grad("", "dY", "rois", "batch", "dX",
                                                input_shape=[2, 4, 64, 64])],
                       [_value("dY", elem, list(gradient.shape)),
@@ -163,11 +160,11 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
                                                 start_padding=[1, 1], end_padding=[1, 1], p=p)],
                            [_value("X", elem, list(image.shape))], [_value("Y", elem)])
                     for p in (2, 3)]
-        return fold, grad, align, pool, *lp_pools
+        return grad, align, pool, *lp_pools
 
     image = rng.standard_normal((2, 4, 64, 64)).astype(np.float16)  # above the grain
     boxes = np.concatenate([batch[:, None].astype(np.float16), rois], 1)
-    feeds = ({"X": columns}, {"dY": gradient, "rois": rois, "batch": batch},
+    feeds = ({"dY": gradient, "rois": rois, "batch": batch},
              {"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes},
              {"X": image}, {"X": image})
     for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds,
@@ -185,24 +182,35 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
 
 
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])
-def test_unfold_takes_direct_float16_as_it_is_at_any_thread_count(threads_for_float16,
-                                                                  monkeypatch):
-    """Unfold only copies values: its direct float16 input is never converted, whatever
-    FLOAT16_THREADS says (that threshold is for the kernels that convert)."""
+@pytest.mark.parametrize("op", ["Unfold", "Fold"])
+def test_unfold_and_fold_take_direct_float16_as_it_is_at_any_thread_count(
+        op, threads_for_float16, monkeypatch):
+    """Unfold only copies values and Fold's loop reads float16 bits as it sums: their direct
+    float16 input is never converted, whatever FLOAT16_THREADS says (that threshold is for the
+    kernels that convert), and Fold's output is the float32 fold rounded once."""
     from dml_onnx.runtime import hook
     monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
     conversions = []
     convert = hook._convert
     monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
         conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
-    x = np.random.default_rng(7).standard_normal((2, 3, 40, 40)).astype(np.float16)
-    model = _model([dml_onnx.unfold("X", "Y", **WINDOW)],
-                   [_value("X", TensorProto.FLOAT16, list(x.shape))],
+    rng = np.random.default_rng(7)
+    if op == "Unfold":
+        x = rng.standard_normal((2, 3, 40, 40)).astype(np.float16)
+        node, want = dml_onnx.unfold("X", "Y", **WINDOW), unfold(x, **_unfold_attributes())
+    else:
+        x = rng.standard_normal((2, 36, 1600)).astype(np.float16)  # above the grain
+        attributes = {"window_sizes": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
+                      "output_size": [40, 40]}
+        node = dml_onnx.fold("X", "Y", **attributes)
+        want = fold(x.astype(np.float32), **attributes).astype(np.float16)
+    model = _model([node], [_value("X", TensorProto.FLOAT16, list(x.shape))],
                    [_value("Y", TensorProto.FLOAT16)])
     (got,) = dml_onnx.InferenceSession(model).run(None, {"X": x})
     assert got.dtype == np.float16 and conversions
     assert all(source == target for source, target in conversions)
-    np.testing.assert_array_equal(got, unfold(x, **_unfold_attributes()))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, _plain_session(model).run(None, {"X": x})[0])
 
 
 def test_feeds_that_are_not_arrays_of_the_graph_type():
