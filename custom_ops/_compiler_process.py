@@ -6,7 +6,8 @@ seconds, and hundreds of MB for LLVM, which aborts the whole process when memory
 Python code can catch that). So :func:`compile_aside` has a compiler process compile the loop
 into the cache, from which the caller then loads it. The process starts on the first cold
 compilation and ends itself after :data:`IDLE_SECONDS` without work (no thread of the caller
-watches it: under a memory limit a new thread can fail to start). When it dies (out of memory,
+watches it: under a memory limit a new thread can fail to start; the caller reaps it at its
+next cold compilation or at exit). When it dies (out of memory,
 killed), the call raises :class:`~custom_ops._checks.KernelError` and the next call starts a
 new one. Where the process cannot be started or cannot compile a loop (or the loop has no
 cache), the caller compiles it itself, as numba does.
@@ -92,7 +93,8 @@ def compile_aside(function: Any, signature: Any) -> bool:
     ``py_func``) for ``signature`` into numba's cache in the compiler process: True once it is
     there, False where the caller is to compile it itself. Raises :class:`KernelError` where
     the compiler process died (most often for memory); the next call starts another."""
-    if _serving or not sys.executable or "<locals>" in function.__qualname__:
+    if (_serving or not sys.executable or getattr(sys, "frozen", False)  # a bundled app's
+            or "<locals>" in function.__qualname__):  # executable would start the app itself
         return False
     request = (function.__module__, function.__qualname__, signature)
     with _lock:
