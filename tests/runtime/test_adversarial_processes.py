@@ -303,6 +303,22 @@ def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue
     assert done.stdout.split()[0] == "workqueue"
 
 
+def test_a_bundled_application_compiles_in_its_own_process():
+    """Where the interpreter is a bundled (frozen) application, its executable would start the
+    application again: the loops compile in the caller, and no process is started."""
+    out = child("""
+        import os, sys, tempfile
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+        sys.frozen = True
+        import numpy as np
+        from custom_ops import _compiler_process
+        from custom_ops.fold import fold
+        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+        print(fold(X, window_sizes=[2, 2], output_size=[3, 3]).sum(), _compiler_process._running)
+    """, timeout=300)
+    assert out.split() == ["120.0", "None"]
+
+
 @pytest.mark.parametrize("failing", ["numba.core.typing.templates", "llvmlite.binding.ffi"])
 def test_a_first_import_that_fails_part_way_fails_one_call_and_the_next_imports_afresh(
         failing):
