@@ -333,7 +333,11 @@ if hasattr(os, "register_at_fork"):
 
 def _import(module: str, done: Future) -> None:
     try:
-        done.set_result(importlib.import_module(module))
+        # a module that compiles its parallel drivers as it loads (custom_ops._layout_loops)
+        # loads numba's threading layer, GNU OpenMP: with its short spin, as a launch would
+        with short_openmp_spin():
+            loaded = importlib.import_module(module)
+        done.set_result(loaded)
     except BaseException as error:  # noqa: BLE001 - handed to the callers waiting for it
         with _imports_lock:  # the next call tries again
             del _imports[module.rpartition(".")[2]]
