@@ -4,11 +4,11 @@ on the CPU: float16 values travel as their uint16 bits, see :mod:`custom_ops._ha
 
 from __future__ import annotations
 
-import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
 from custom_ops._half_float_loops import float_to_half
+from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
 
 PIXELS, CHANNELS = 256, 8
@@ -46,12 +46,6 @@ def floats_from_halves_bands(cuts, bits, table, out):
     """:func:`floats_from_halves` on the runs ``cuts[g]:cuts[g + 1]``, one thread each."""
     for g in prange(cuts.size - 1):
         floats_from_halves(bits, table, out, cuts[g], cuts[g + 1])
-
-
-HALF_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(
-    np.float32)
-"""Every float16 value as float32, by its bits (exact: every float16 is a float32; NaN stays
-NaN, zero keeps its sign)."""
 
 
 def _value(x):

@@ -4,6 +4,8 @@ Compiled by :data:`custom_ops._jit.jit`. Conventions:
 
 - ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
   for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``.
+  :func:`forward_planar` reads ``X [N, C, H, W]`` where it lies: in ``ct``, or float16 as its
+  uint16 bits (:func:`_value`).
 - ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``,
   ``size = fma(x2, scale, -first)`` rounded once, as DirectML computes it;
   ``n``: ``[2, R]`` samples per output along each axis (``custom_ops._roi_grid.Plan``).
@@ -24,9 +26,25 @@ divided by the count, or the maximum from ``lowest(T)`` (NaN never wins).
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
+from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
+
+
+def _value(x):
+    """A value of an image as the loops compute with it (compiled through
+    :func:`_value_of`): uint16 is float16's bits, read as float32 through
+    :data:`~custom_ops._halves.HALF_TABLE` (exact); any other value is itself."""
+    return x
+
+
+@overload(_value)
+def _value_of(x):
+    if x == types.uint16:
+        return lambda x: HALF_TABLE[x]  # float16 bits
+    return lambda x: x
 
 
 @jit
@@ -229,10 +247,12 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
 
 @jit
 def forward_planar(X, batch, first, size, n, regions, settings, align, linear, average, Y):
-    """:func:`forward` reading the image ``X [N, C, H, W]`` (``ct``) where it lies, for calls
-    whose samples are few against the image (no channels-last copy): per sample, its corners'
-    offsets once, then every channel at a stride of one plane. The same operations in the
-    same order per channel: the same bits as :func:`forward`."""
+    """:func:`forward` reading the image ``X [N, C, H, W]`` where it lies, for calls whose
+    samples are few against the image (no channels-last copy, nor a float32 copy of a float16
+    image): per sample, its corners' offsets once, then every channel at a stride of one plane.
+    ``X`` is in ``ct``, or float16 as its uint16 bits, each value read as float32 by
+    :func:`_value` (exact). The same operations in the same order per channel: the same bits
+    as :func:`forward` on ``X`` in ``ct``."""
     ct = settings.dtype.type
     _, channels, height, width = X.shape
     _, _, oh, ow = Y.shape
@@ -265,22 +285,26 @@ def forward_planar(X, batch, first, size, n, regions, settings, align, linear, a
                         o10, o11 = bottom_row + x0, bottom_row + x1
                         if linear and average:
                             for c in range(channels):
-                                top = image[c, o00] + (image[c, o01] - image[c, o00]) * lx
-                                bottom = image[c, o10] + (image[c, o11] - image[c, o10]) * lx
+                                p00, p01 = _value(image[c, o00]), _value(image[c, o01])
+                                p10, p11 = _value(image[c, o10]), _value(image[c, o11])
+                                top = p00 + (p01 - p00) * lx
+                                bottom = p10 + (p11 - p10) * lx
                                 acc[c] += top + (bottom - top) * ly
                         elif linear:
                             for c in range(channels):
-                                top = image[c, o00] + (image[c, o01] - image[c, o00]) * lx
-                                bottom = image[c, o10] + (image[c, o11] - image[c, o10]) * lx
+                                p00, p01 = _value(image[c, o00]), _value(image[c, o01])
+                                p10, p11 = _value(image[c, o10]), _value(image[c, o11])
+                                top = p00 + (p01 - p00) * lx
+                                bottom = p10 + (p11 - p10) * lx
                                 v = top + (bottom - top) * ly
                                 if v > acc[c]:  # False for NaN
                                     acc[c] = v
                         elif average:
                             for c in range(channels):
-                                acc[c] += image[c, o00]
+                                acc[c] += _value(image[c, o00])
                         else:
                             for c in range(channels):
-                                v = image[c, o00]
+                                v = _value(image[c, o00])
                                 if v > acc[c]:
                                     acc[c] = v
                 for c in range(channels):

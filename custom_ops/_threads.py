@@ -344,7 +344,11 @@ def _import(module: str, done: Future) -> None:
     with _one_import:
         before = set(sys.modules)
         try:
-            done.set_result(importlib.import_module(module))
+            # a module that compiles its parallel drivers as it loads (custom_ops._layout_loops)
+            # loads numba's threading layer, GNU OpenMP: with its short spin, as a launch would
+            with short_openmp_spin():
+                loaded = importlib.import_module(module)
+            done.set_result(loaded)
             return
         except BaseException as failure:  # noqa: BLE001 - handed to the callers waiting for it
             for name in set(sys.modules) - before:

@@ -20,11 +20,12 @@ float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
 threads, over a channels-last copy of X where the samples read at least as many values as X
-holds, else over X where it lies (float16 converted in parallel), every channel at a
-plane's stride (a detector's finest FPN level with few regions: no copy of the map); a call
-on a small image plans and runs in one compiled call. :func:`prepare` checks a node's
-attributes once; :func:`roi_align1` is the one-shot call. Limits: ``SAMPLE_LIMIT`` samples
-per region and axis, and the work limit on ``samples x channels``.
+holds, else over X where it lies (float16 as its bits, each value read as float32 through a
+table), every channel at a plane's stride (a detector's finest FPN level with few regions: no
+copy of the map, nor a float32 one of a float16 map); a call on a small image plans and runs
+in one compiled call. :func:`prepare` checks a node's attributes once; :func:`roi_align1` is
+the one-shot call. Limits: ``SAMPLE_LIMIT`` samples per region and axis, and the work limit
+on ``samples x channels``.
 """
 
 from __future__ import annotations
@@ -124,9 +125,18 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
     if plan.work >= X.size:  # the channels-last copy pays for itself
         image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
-    else:  # few samples against a large image: read it where it lies
-        image, loop = converted(X, dtype), loops.forward_planar
+    else:  # few samples against a large image: read it where it lies (float16 as its bits)
+        image, loop = _planes(X, dtype), loops.forward_planar
     run_parallel([functools.partial(loop, image, plan.batch, plan.first, plan.size, plan.n,
                                     regions, settings[X.dtype], *flags, Y)
                   for regions in interleaved(len(indices), plan.work)])
     return converted(Y, X.dtype)
+
+
+def _planes(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``X`` as the plane-by-plane loop reads it: contiguous, float16 as its uint16 bits (read
+    value by value through a table: no float32 copy of a map whose samples read little of it),
+    other types in ``dtype``."""
+    if X.dtype == np.float16:
+        return np.ascontiguousarray(X).view(np.uint16)
+    return converted(X, dtype)

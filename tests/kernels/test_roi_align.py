@@ -238,3 +238,106 @@ def test_both_image_layouts_give_the_same_bits(attrs, dtype):
     got = forward(image, box, np.zeros(1, np.int64), (3, 4), 0.25, **attrs)
     np.testing.assert_allclose(got, ref_forward(image, box, np.zeros(1, np.int64), (3, 4),
                                                 0.25, **attrs), rtol=1e-6, atol=1e-6)
+
+
+FLOAT16_EDGES = np.array([65504, -65504, 65472, -60000, 2 ** -14, -(2 ** -14), 2 ** -24,
+                          -(3 * 2 ** -24), 1023 * 2 ** -24, -0.0, 0.0, np.nan, np.inf,
+                          -np.inf, 1.0, -2.5], np.float16)
+"""float16's extremes: its largest values, the smallest normal, subnormals, both zeros, NaN
+and the infinities."""
+
+
+def _float16_image(rng, shape):
+    """A float16 image whose channels hold :data:`FLOAT16_EDGES` tiled over the plane, values
+    near float16's largest, subnormals of either sign, -0.0 everywhere, then plain values."""
+    n, c, h, w = shape
+    X = rng.standard_normal(shape).astype(np.float16)
+    sign = np.where(rng.random((n, h, w)) < 0.5, -1.0, 1.0)
+    X[:, 0] = np.resize(FLOAT16_EDGES, (n, h, w))
+    X[:, 1] = sign * rng.uniform(60000, 65504, (n, h, w))
+    X[:, 2] = sign * rng.integers(1, 1 << 10, (n, h, w)) * 2.0 ** -24
+    X[:, 3] = -0.0
+    return X
+
+
+def _check_reached(Y, sampling):
+    """The outputs read :func:`_float16_image`'s extremes (what they show of them depends on
+    the sampling): values near float16's largest, subnormals, NaN in linear averages (never
+    in a maximum), and -0.0 where nearest_neighbor reads it as it is."""
+    assert (np.abs(Y[np.isfinite(Y)]) > 2 ** 14).any()
+    assert ((Y != 0) & (np.abs(Y) < 2 ** -14)).any()
+    if sampling.average and sampling.linear:
+        assert np.isnan(Y).any()
+    elif not sampling.average:
+        assert not np.isnan(Y).any()
+    if not sampling.linear:
+        assert (np.signbit(Y) & (Y == 0)).any()
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
+def test_plane_by_plane_loop_reads_float16_bits_as_float32(attrs):
+    """The plane-by-plane loop reads float16 X as its bits, through the table of the 65536
+    values: the bits of the channels-last loop on X converted to float32 (float16's largest
+    values, subnormals, -0.0, NaN and the infinities included)."""
+    from custom_ops import _roi_loops as loops
+    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
+
+    rng = np.random.default_rng(43)
+    X = _float16_image(rng, (2, 6, 7, 8))
+    _, _, rois, batch = random_case(43, c=6, regions=9, dtype=np.float32)
+    sampling = check_sampling("RoiAlign1", "", **{**DEFAULTS, **attrs})
+    plan = Plan("RoiAlign1", "", X.shape, rois, batch, sampling, (3, 4), np.dtype(np.float32))
+    settings = loop_settings(sampling, np.dtype(np.float16), 0.25)
+    flags = sampling.align_corners, sampling.linear, sampling.average
+    regions = np.arange(len(batch))
+    last, planar = (np.empty((len(batch), 6, 3, 4), np.float32) for _ in range(2))
+    wide = X.astype(np.float32)
+    loops.forward(np.ascontiguousarray(wide.transpose(0, 2, 3, 1)), plan.batch, plan.first,
+                  plan.size, plan.n, regions, settings, *flags, last)
+    loops.forward_planar(X.view(np.uint16), plan.batch, plan.first, plan.size, plan.n, regions,
+                         settings, *flags, planar)
+    np.testing.assert_array_equal(last.view(np.uint8), planar.view(np.uint8))
+    _check_reached(planar, sampling)
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
+@pytest.mark.parametrize("threads", [1, 4])
+def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypatch):
+    """A large float16 image with few samples takes the plane-by-plane loop on its bits (no
+    converted copy), its regions over 1 or several threads: the float32 computation on the
+    same values, rounded once to float16 as numpy rounds."""
+    from custom_ops import _roi_loops as loops
+    from custom_ops import _threads, roi_align1
+    from custom_ops._roi_grid import check_sampling
+
+    rng = np.random.default_rng(44)
+    X = _float16_image(rng, (2, 5, 160, 200))
+    assert X.size > roi_align1.SMALL_IMAGE
+    corner = rng.uniform(-10, 150, (12, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(5, 40, (12, 2))], 1).astype(np.float16)
+    batch = rng.integers(0, 2, 12)
+    images, groups = [], []
+    planar, run_parallel = loops.forward_planar, roi_align1.run_parallel
+
+    def spying_loop(image, *args):
+        images.append(image)
+        return planar(image, *args)
+
+    def spying_run(tasks):
+        groups.append(len(tasks))
+        return run_parallel(tasks)
+    monkeypatch.setattr(loops, "forward_planar", spying_loop)
+    monkeypatch.setattr(roi_align1, "run_parallel", spying_run)
+    monkeypatch.setattr(_threads, "THREADS", threads)
+    monkeypatch.setattr(_threads, "GRAIN", 1024)  # several threads' work even here
+    Y = forward(X, rois, batch, (3, 4), 0.25, **attrs)
+    assert Y.dtype == np.float16
+    assert groups == [threads] and len(images) == threads
+    assert all(image.dtype == np.uint16 and np.shares_memory(image, X) for image in images)
+    wide = forward(X.astype(np.float32), rois.astype(np.float32), batch, (3, 4), 0.25, **attrs)
+    # a maximum of only -inf and NaN samples is lowest(T): float16's own, not float32's
+    wide[wide == np.finfo(np.float32).min] = np.finfo(np.float16).min
+    with np.errstate(over="ignore"):
+        expected = wide.astype(np.float16)
+    np.testing.assert_array_equal(Y.view(np.uint16), expected.view(np.uint16))
+    _check_reached(Y, check_sampling("RoiAlign1", "", **{**DEFAULTS, **attrs}))
