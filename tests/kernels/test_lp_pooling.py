@@ -188,20 +188,27 @@ def test_nan_propagates():
     assert np.isnan(got[0, 0, :2]).all() and got[0, 0, 2] == 0
 
 
+def _drawn_geometry(data, k: int, p: int, largest_step: int, largest_side: int
+                    ) -> tuple[dict, list[int]]:
+    """Drawn attributes (windows up to 3, dilations and strides up to ``largest_step``,
+    paddings up to 2) and spatial sizes up to ``largest_side`` that hold one window."""
+    window = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+    dilations = data.draw(st.lists(st.integers(1, largest_step), min_size=k, max_size=k))
+    strides = data.draw(st.lists(st.integers(1, largest_step), min_size=k, max_size=k))
+    start = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    end = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
+    spatial = [data.draw(st.integers(max(1, d * (w - 1) + 1 - a - b), largest_side))
+               for w, d, a, b in zip(window, dilations, start, end)]
+    return _attributes(window, strides, start, end, dilations, p), spatial
+
+
 @settings(max_examples=120, deadline=None, derandomize=True)
 @given(data=st.data(), k=st.integers(1, 3), p=st.integers(1, 4),
        dtype=st.sampled_from([np.float32, np.float64]))
 def test_property_matches_loop_reference(data, k, p, dtype):
-    window = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
-    dilations = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
-    strides = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
-    start = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
-    end = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
-    spatial = [data.draw(st.integers(max(1, d * (w - 1) + 1 - a - b), 7))
-               for w, d, a, b in zip(window, dilations, start, end)]
+    a, spatial = _drawn_geometry(data, k, p, largest_step=3, largest_side=7)
     x = np.random.default_rng(data.draw(st.integers(0, 2**16))).standard_normal(
         (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), *spatial)).astype(dtype)
-    a = _attributes(window, strides, start, end, dilations, p)
     got = lp_pooling(x, **a)
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, reference(x, **a), rtol=tolerance, atol=tolerance)
@@ -212,16 +219,9 @@ def test_property_matches_loop_reference(data, k, p, dtype):
 def test_float16_property_is_float32_rounded_once(data, k, p, threads):
     """Any float16 values (NaN, infinities, subnormals, zeros of both signs), any geometry:
     numpy's rounding of the float32 result on the same values, bit for bit."""
-    window = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
-    dilations = data.draw(st.lists(st.integers(1, 2), min_size=k, max_size=k))
-    strides = data.draw(st.lists(st.integers(1, 2), min_size=k, max_size=k))
-    start = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
-    end = data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k))
-    spatial = [data.draw(st.integers(max(1, d * (w - 1) + 1 - a - b), 6))
-               for w, d, a, b in zip(window, dilations, start, end)]
+    a, spatial = _drawn_geometry(data, k, p, largest_step=2, largest_side=6)
     x = data.draw(halves((data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)),
                           *spatial)))
-    a = _attributes(window, strides, start, end, dilations, p)
     with float16_threads(threads):
         got = lp_pooling(x, **a)
     assert_rounded_once(got, lp_pooling(x.astype(np.float32), **a))

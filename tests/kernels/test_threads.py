@@ -129,6 +129,21 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
     assert os.environ.get("GOMP_SPINCOUNT") == want
 
 
+def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
+                             ) -> tuple[str, str | None, str | None]:
+    """Run ``code`` in a fresh interpreter whose environment has the user's OpenMP setting
+    ``NAME=value`` alone (or none); its stdout, the GOMP_SPINCOUNT that OpenMP should load
+    with, and the one that should be left afterwards."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if user_setting:
+        name, value = user_setting.split("=")
+        env[name] = value
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[2], timeout=timeout, check=True)
+    kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
+    return done.stdout, kept if user_setting else _threads.SPIN_COUNT, kept
+
+
 @pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
 def test_loading_the_compiled_layout_loops_loads_openmp_with_short_spinning(user_setting):
     """custom_ops._layout_loops compiles its parallel drivers as it loads, which loads numba's
@@ -148,15 +163,8 @@ def test_loading_the_compiled_layout_loops_loads_openmp_with_short_spinning(user
         compiled("_layout_loops")
         print(json.dumps([seen, os.environ.get("GOMP_SPINCOUNT")]))
         """)
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    if user_setting:
-        name, value = user_setting.split("=")
-        env[name] = value
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[2], timeout=300, check=True)
-    kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
-    during = kept if user_setting else _threads.SPIN_COUNT
-    seen, after = json.loads(done.stdout)
+    out, during, kept = _run_with_openmp_setting(code, user_setting, timeout=300)
+    seen, after = json.loads(out)
     assert seen and set(seen) == {during}
     assert after == kept
 
@@ -181,15 +189,8 @@ def test_onnxruntime_extensions_loads_with_short_openmp_spinning(user_setting, i
         assert "dml_onnx.runtime" in sys.modules
         print(seen, os.environ.get("GOMP_SPINCOUNT"))
         """)
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    if user_setting:
-        name, value = user_setting.split("=")
-        env[name] = value
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[2], timeout=120, check=True)
-    kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
-    during = kept if user_setting else _threads.SPIN_COUNT
-    assert done.stdout.split() == [f"[{during!r}]", str(kept)]
+    out, during, kept = _run_with_openmp_setting(code, user_setting, timeout=120)
+    assert out.split() == [f"[{during!r}]", str(kept)]
 
 
 def test_a_child_forked_while_loops_load_loads_them_itself():

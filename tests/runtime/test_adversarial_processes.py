@@ -139,34 +139,40 @@ def test_a_signal_while_the_compiler_process_compiles_waits_for_it():
     assert out.split("\n")[:2] == ["interrupted", "[[[[1.0, 1.0], [1.0, 1.0]]]]"]
 
 
+_FOLD_TWICE = """
+import numpy as np
+from custom_ops._checks import KernelError
+from custom_ops.fold import fold
+X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+try:
+    fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
+except KernelError as error:
+    print(error)
+print(fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f").ravel().tolist())
+"""
+"""A first Fold call that may fail (its error printed), then a second that must compute."""
+_FOLDED = "[0.0, 5.0, 5.0, 10.0, 30.0, 20.0, 10.0, 25.0, 15.0]"
+
+
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGABRT"])
 def test_a_compiler_process_that_dies_fails_one_call_and_the_next_compiles(how):
     """The compiler process dying in the middle (the kernel out of memory kills it, or LLVM
     aborts it): the call raises KernelError saying so, the caller lives, and the next call
     starts another process and computes."""
-    out = child(f"""
+    out = child(textwrap.dedent(f"""
         import os, signal, tempfile, threading, time
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
-        import numpy as np
         from custom_ops import _compiler_process
-        from custom_ops._checks import KernelError
-        from custom_ops.fold import fold
         def kill():
             while _compiler_process._running is None:
                 time.sleep(0.001)
             os.kill(_compiler_process._running.process.pid, signal.{how})
         threading.Thread(target=kill, daemon=True).start()
-        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
-        try:
-            fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
-        except KernelError as error:
-            print(error)
-        print(fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f").ravel().tolist())
-    """, timeout=300)
+    """) + _FOLD_TWICE, timeout=300)
     died, computed = out.strip().split("\n")
     assert died.startswith(f"custom_ops 'fold_planes': compiler process 'killed by {how}")
     assert "most often: memory ran out" in died
-    assert computed == "[0.0, 5.0, 5.0, 10.0, 30.0, 20.0, 10.0, 25.0, 15.0]"
+    assert computed == _FOLDED
 
 
 def test_the_compiler_process_ends_when_idle_and_a_later_compile_starts_another():
@@ -326,11 +332,8 @@ def test_a_first_import_that_fails_part_way_fails_one_call_and_the_next_imports_
     library failing to load): the first call raises KernelError naming the import, and the
     next imports numba afresh and computes (a half-loaded numba failed every later call with
     "partially initialized module 'numba'")."""
-    out = child(f"""
+    out = child(textwrap.dedent(f"""
         import sys
-        import numpy as np
-        from custom_ops._checks import KernelError
-        from custom_ops.fold import fold
         class OutOfMemoryOnce:
             failed = False
             def find_spec(self, name, path=None, target=None):
@@ -338,14 +341,8 @@ def test_a_first_import_that_fails_part_way_fails_one_call_and_the_next_imports_
                     self.failed = True
                     raise MemoryError
         sys.meta_path.insert(0, OutOfMemoryOnce())
-        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
-        try:
-            fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
-        except KernelError as error:
-            print(error)
-        print(fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f").ravel().tolist())
-    """, timeout=300)
+    """) + _FOLD_TWICE, timeout=300)
     failed, computed = out.strip().split("\n")
     assert failed.startswith("custom_ops 'custom_ops._fold_loops': import 'MemoryError: '")
     assert "the next call tries again" in failed
-    assert computed == "[0.0, 5.0, 5.0, 10.0, 30.0, 20.0, 10.0, 25.0, 15.0]"
+    assert computed == _FOLDED
