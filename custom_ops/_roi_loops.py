@@ -311,6 +311,21 @@ def forward_planar(X, batch, first, size, n, regions, settings, align, linear, a
                     Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
 
 
+@parallel_jit
+def forward_groups(planar, groups, X, batch, first, size, n, settings, align, linear, average,
+                   Y):
+    """:func:`forward` (:func:`forward_planar` where ``planar``) with the regions dealt to
+    ``groups`` threads started here, ``g, g + groups, g + 2 groups, ...`` each."""
+    count = Y.shape[0]
+    for g in prange(groups):
+        regions = np.arange(g, count, groups)
+        if planar:
+            forward_planar(X, batch, first, size, n, regions, settings, align, linear, average,
+                           Y)
+        else:
+            forward(X, batch, first, size, n, regions, settings, align, linear, average, Y)
+
+
 @jit
 def region_gradients(Xt, dY, batch, first, size, n, regions, settings, align, linear, average,
                      scales, exact, winners, drois):

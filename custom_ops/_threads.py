@@ -289,6 +289,19 @@ def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None
                 band(start, stop)
 
 
+def run_interleaved(count: int, work: float, task: Callable[[np.ndarray], None],
+                    launch: Callable[[int], None]) -> None:
+    """``range(count)`` in interleaved groups (``g, g + groups, ...``, so that items of
+    different cost mix in every group): ``launch(groups)``'s compiled driver runs them on
+    threads started from compiled code (:func:`run_compiled`), one per :data:`GRAIN` of
+    ``work``; where it cannot, ``task(items)`` runs each group of :func:`interleaved` on the
+    pool."""
+    threads = 1 if count <= 1 else min(workers(work), count)
+    if threads > 1 and run_compiled(threads, lambda: launch(threads)):
+        return
+    run_parallel([functools.partial(task, items) for items in interleaved(count, work)])
+
+
 def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,
                errors: _ErrorRules | None = None) -> tuple[int, BaseException] | None:
     """Tasks ``start::step`` in order (under ``np.errstate(**errors)`` when given); the index

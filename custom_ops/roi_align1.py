@@ -59,8 +59,7 @@ from custom_ops._threads import (
     channels_last,
     compiled,
     converted,
-    interleaved,
-    run_parallel,
+    run_interleaved,
     serial_work,
 )
 
@@ -123,13 +122,16 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                                serial_work(), settings[X.dtype], *flags, Y):
             return converted(Y, X.dtype)
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
-    if plan.work >= X.size:  # the channels-last copy pays for itself
-        image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
-    else:  # few samples against a large image: read it where it lies (float16 as its bits)
+    planar = plan.work < X.size  # few samples against a large image: read it where it lies
+    if planar:  # (float16 as its bits)
         image, loop = _planes(X, dtype), loops.forward_planar
-    run_parallel([functools.partial(loop, image, plan.batch, plan.first, plan.size, plan.n,
-                                    regions, settings[X.dtype], *flags, Y)
-                  for regions in interleaved(len(indices), plan.work)])
+    else:  # the channels-last copy pays for itself
+        image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
+    arguments = plan.batch, plan.first, plan.size, plan.n
+    run_interleaved(len(indices), plan.work,
+                    lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags, Y),
+                    lambda groups: loops.forward_groups(planar, groups, image, *arguments,
+                                                        settings[X.dtype], *flags, Y))
     return converted(Y, X.dtype)
 
 

@@ -169,17 +169,24 @@ def test_roi_small_calls_and_threaded_calls_agree(call, dtype, monkeypatch):
     splits its regions over threads. Both give the same bits."""
     run = call(dtype)
     module = sys.modules[run.func.__module__]
-    groups = []
-    original = _threads.interleaved
-    monkeypatch.setattr(module, "interleaved",
-                        lambda *args: groups.append(original(*args)) or groups[-1])
+    groups = []  # the groups of each split: a launch's, or the pool's
+    if hasattr(module, "run_interleaved"):
+        def split(count, work, task, launch):
+            seen = []
+            _threads.run_interleaved(count, work, lambda items: (seen.append(1), task(items)),
+                                     lambda threads: (seen.append(threads), launch(threads)))
+            groups.append(sum(seen))
+        monkeypatch.setattr(module, "run_interleaved", split)
+    else:
+        monkeypatch.setattr(module, "interleaved", lambda *args: (
+            groups.append(len(_threads.interleaved(*args))), _threads.interleaved(*args))[1])
     small = run()
     assert groups == []  # one compiled call
     monkeypatch.setattr(module, "serial_work", lambda: 0)  # no call is small
     monkeypatch.setattr(_threads, "THREADS", 4)
     monkeypatch.setattr(_threads, "GRAIN", 1)
     np.testing.assert_array_equal(run(), small)
-    assert len(groups) == 1 and len(groups[0]) == 4
+    assert groups == [4]
 
 
 def test_a_prepared_kernel_checks_every_new_input_layout():

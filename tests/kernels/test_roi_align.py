@@ -316,24 +316,26 @@ def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypa
     corner = rng.uniform(-10, 150, (12, 2))
     rois = np.concatenate([corner, corner + rng.uniform(5, 40, (12, 2))], 1).astype(np.float16)
     batch = rng.integers(0, 2, 12)
-    images, groups = [], []
-    planar, run_parallel = loops.forward_planar, roi_align1.run_parallel
+    calls = []  # (groups, image) of each call of a loop from Python
+    planar, launched = loops.forward_planar, loops.forward_groups
 
     def spying_loop(image, *args):
-        images.append(image)
+        calls.append((1, image))
         return planar(image, *args)
 
-    def spying_run(tasks):
-        groups.append(len(tasks))
-        return run_parallel(tasks)
+    def spying_launch(is_planar, groups, image, *args):
+        assert is_planar
+        calls.append((groups, image))
+        return launched(is_planar, groups, image, *args)
     monkeypatch.setattr(loops, "forward_planar", spying_loop)
-    monkeypatch.setattr(roi_align1, "run_parallel", spying_run)
+    monkeypatch.setattr(loops, "forward_groups", spying_launch)
     monkeypatch.setattr(_threads, "THREADS", threads)
     monkeypatch.setattr(_threads, "GRAIN", 1024)  # several threads' work even here
+    monkeypatch.setattr(_threads, "POOL_GRAINS", 1)
     Y = forward(X, rois, batch, (3, 4), 0.25, **attrs)
     assert Y.dtype == np.float16
-    assert groups == [threads] and len(images) == threads
-    assert all(image.dtype == np.uint16 and np.shares_memory(image, X) for image in images)
+    assert sum(groups for groups, _ in calls) == threads  # a launch, or the pool's groups
+    assert all(image.dtype == np.uint16 and np.shares_memory(image, X) for _, image in calls)
     wide = forward(X.astype(np.float32), rois.astype(np.float32), batch, (3, 4), 0.25, **attrs)
     # a maximum of only -inf and NaN samples is lowest(T): float16's own, not float32's
     wide[wide == np.finfo(np.float32).min] = np.finfo(np.float16).min
