@@ -124,6 +124,18 @@ def test_float16_through_the_session_is_float32_rounded_once(shape):
     np.testing.assert_array_equal(got, plain)
 
 
+def _watched_conversions(monkeypatch, threads_for_float16: int) -> list:
+    """Set FLOAT16_THREADS; the list that records every conversion the hook makes, as
+    ``(from dtype, to dtype)``."""
+    from dml_onnx.runtime import hook
+    monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
+    conversions: list = []
+    convert = hook._convert
+    monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
+        conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
+    return conversions
+
+
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
 def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float16,
                                                                monkeypatch):
@@ -131,12 +143,7 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
     they are where the kernels have FLOAT16_THREADS threads (their compiled conversions), else
     as float32 from onnxruntime's Cast: either way the outputs are the float32 computation
     rounded once (the spec's float16 rule), as a plain session gives them."""
-    from dml_onnx.runtime import hook
-    monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
-    conversions = []
-    convert = hook._convert
-    monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
-        conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
+    conversions = _watched_conversions(monkeypatch, threads_for_float16)
     rng = np.random.default_rng(6)
     gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
     rois = np.concatenate([rng.uniform(0, 20, (40, 2)), rng.uniform(22, 60, (40, 2))],
@@ -188,12 +195,7 @@ def test_unfold_and_fold_take_direct_float16_as_it_is_at_any_thread_count(
     """Unfold only copies values and Fold's loop reads float16 bits as it sums: their direct
     float16 input is never converted, whatever FLOAT16_THREADS says (that threshold is for the
     kernels that convert), and Fold's output is the float32 fold rounded once."""
-    from dml_onnx.runtime import hook
-    monkeypatch.setattr(hook, "FLOAT16_THREADS", threads_for_float16)
-    conversions = []
-    convert = hook._convert
-    monkeypatch.setattr(hook, "_convert", lambda array, dtype: (
-        conversions.append((array.dtype, np.dtype(dtype))), convert(array, dtype))[1])
+    conversions = _watched_conversions(monkeypatch, threads_for_float16)
     rng = np.random.default_rng(7)
     if op == "Unfold":
         x = rng.standard_normal((2, 3, 40, 40)).astype(np.float16)
