@@ -45,19 +45,30 @@ class _CompilerProcess:
 
     def __init__(self) -> None:
         self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
-        path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c",
-             f"from custom_ops._compiler_process import serve; serve({IDLE_SECONDS!r})"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-            env={**os.environ, "PYTHONPATH": path})
+        self.process = subprocess.Popen(  # -P and our folder last: the caller's folder and
+            [sys.executable, "-P", "-c",  # ours shadow nothing on its path
+             "import sys; sys.path.append(sys.argv[1]); from custom_ops._compiler_process "
+             "import serve; serve(sys.argv[1], float(sys.argv[2]))", _ROOT, repr(IDLE_SECONDS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
+        try:
+            ready = self._answer()
+        except (OSError, EOFError, pickle.UnpicklingError):
+            ready = None
+        if ready != "ready":  # it could not import us (or found another custom_ops)
+            self.close()
+            raise OSError("the compiler process did not start")
 
     def compile(self, request: tuple[str, str, Any]) -> str | None:
         """The answer to ``request``; ``EOFError`` / ``OSError`` where the process died."""
-        stdin, stdout = self.process.stdin, self.process.stdout
-        assert stdin is not None and stdout is not None  # both are pipes
+        stdin = self.process.stdin
+        assert stdin is not None  # a pipe
         pickle.dump(request, stdin)
         stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> Any:
+        stdout = self.process.stdout
+        assert stdout is not None  # a pipe
         return pickle.load(stdout)
 
     def death(self) -> str | None:
@@ -66,8 +77,12 @@ class _CompilerProcess:
         status = self.process.wait()
         if status == 0:
             return None
-        how = (f"killed by {signal.Signals(-status).name}" if status < 0
-               else f"exit status {status}")
+        how = f"exit status {status}"
+        if status < 0:
+            try:
+                how = f"killed by {signal.Signals(-status).name}"
+            except ValueError:  # a real-time signal
+                how = f"killed by signal {-status}"
         self.errors.seek(0)
         lines = self.errors.read().decode(errors="replace").strip().splitlines()
         return f"{how} ({lines[-1].strip()})" if lines else how
@@ -154,15 +169,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_end)
 
 
-def serve(idle_seconds: float) -> None:
+def serve(root: str, idle_seconds: float) -> None:
     """The compiler process: compile each request's loop (which saves it in numba's cache)
     until stdin ends or ``idle_seconds`` pass without a request. Interrupts are the caller's
-    to handle: SIGINT is ignored here."""
+    to handle: SIGINT is ignored here. Where its path found another ``custom_ops`` than the
+    caller's (at ``root``), it ends at once, before saying it is ready: the caller then
+    compiles itself."""
     global _serving
+    if os.path.realpath(_ROOT) != os.path.realpath(root):
+        return
     _serving = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
+    pickle.dump("ready", answers)
+    answers.flush()
     while True:
         if os.name == "posix" and not select.select([requests], [], [], idle_seconds)[0]:
             return  # idle

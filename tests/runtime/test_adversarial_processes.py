@@ -309,6 +309,29 @@ def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue
     assert done.stdout.split()[0] == "workqueue"
 
 
+@pytest.mark.parametrize("interpreter", ["/bin/false", "sys.executable"])
+def test_a_compiler_process_that_cannot_start_leaves_the_compile_to_the_caller(
+        interpreter, tmp_path):
+    """An executable that is no Python (an embedding application) ends before it says it is
+    ready: the loops compile in the caller. A folder named ``custom_ops`` in the working
+    directory (the user's own) is not on the compiler process's path: it compiles there."""
+    (tmp_path / "custom_ops").mkdir()
+    (tmp_path / "custom_ops" / "__init__.py").write_text("raise ImportError('not ours')\n")
+    out = child(f"""
+        import os, sys, tempfile
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
+        import numpy as np
+        from custom_ops import _compiler_process
+        from custom_ops.fold import fold
+        os.chdir({str(tmp_path)!r})
+        sys.executable = {interpreter if interpreter != "/bin/false" else repr(interpreter)}
+        X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+        print(fold(X, window_sizes=[2, 2], output_size=[3, 3]).sum(),
+              _compiler_process._running is not None)
+    """, timeout=300)
+    assert out.split() == ["120.0", str(interpreter == "sys.executable")]
+
+
 def test_a_bundled_application_compiles_in_its_own_process():
     """Where the interpreter is a bundled (frozen) application, its executable would start the
     application again: the loops compile in the caller, and no process is started."""
