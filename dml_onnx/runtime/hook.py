@@ -227,7 +227,7 @@ def _placeholders(k_id: int, variant: _Variant) -> tuple:
     return tuple(result)
 
 
-def _run_call(call: _Call, feed: list[np.ndarray], variant: _Variant) -> list[Any]:
+def _run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: _Variant) -> list[Any]:
     """The kernel's outputs as the hook returns them: shape and array for each output,
     followed, for a guarded variant, by its shape as a tensor (what the guard Reshape reads)."""
     inputs: list[np.ndarray | None] = list(feed)

@@ -54,12 +54,21 @@ def to_runtime_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx
     return _runtime_model(load_model(model), mode="guarded", strings=True)
 
 
-def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool) -> onnx.ModelProto:
-    """:func:`to_runtime_model` in any :data:`_Mode`; ``strings=False`` for a model whose
-    strings :func:`dml_onnx.graphs.load_model` checked."""
+def checked_types(model: onnx.ModelProto, *, strings: bool) -> dict[str, int]:
+    """The element types of ``model``'s values (:func:`dml_onnx.graphs.element_types`), after
+    its structure is checked; ``strings=False`` for a model whose strings
+    :func:`dml_onnx.graphs.load_model` checked."""
     register_schemas()
     check_structure(model, "the onnxruntime binding", strings=strings, schemas=False)
-    elem_types = element_types(model)
+    return element_types(model)
+
+
+def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
+                   elem_types: dict[str, int] | None = None) -> onnx.ModelProto:
+    """:func:`to_runtime_model` in any :data:`_Mode`; ``strings`` as :func:`checked_types`
+    takes it, which ``elem_types`` comes from where given."""
+    if elem_types is None:
+        elem_types = checked_types(model, strings=strings)
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]

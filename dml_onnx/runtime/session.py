@@ -18,7 +18,8 @@ import onnxruntime as ort
 from custom_ops._threads import thread_limit
 from dml_onnx.runtime.hook import _state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
-from dml_onnx.runtime.rewrite import _runtime_model
+from dml_onnx.runtime.rewrite import _runtime_model, checked_types
+from dml_onnx.runtime.segments import SplitRun, split
 from dml_onnx.runtime.weights import load_without_weights, serialized_with_weights
 
 _logger = logging.getLogger("dml_onnx")
@@ -52,8 +53,22 @@ class InferenceSession:
         # the weights as arrays that onnxruntime takes from our own options, or, with the
         # caller's options (which would keep them after us), inside the serialized model
         model, weights = load_without_weights(path_or_bytes)
-        model = _runtime_model(model, mode="direct",
-                               strings=isinstance(path_or_bytes, onnx.ModelProto))
+        elem_types = checked_types(model, strings=isinstance(path_or_bytes, onnx.ModelProto))
+        steps = None if sess_options is not None and sess_options.optimized_model_filepath \
+            else split(model, elem_types)  # one session writes one optimized model
+        arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
+                         provider_options=provider_options, **kwargs)
+        self._threads = sess_options.intra_op_num_threads if sess_options else 0  # 0: all cores
+        self._split: SplitRun | None = None
+        if steps is not None:
+            if sess_options is not None:
+                _stop_spinning_after_runs(sess_options)
+            self._split = SplitRun(model, steps, weights, sess_options,
+                                   lambda: _stop_spinning_after_runs(ort.SessionOptions()),
+                                   **arguments)
+            self._session, self._weights = self._split.first, self._split.weights
+            return
+        model = _runtime_model(model, mode="direct", strings=False, elem_types=elem_types)
         if weights and sess_options is not None:
             serialized, weights = serialized_with_weights(model, weights), {}
         else:
@@ -64,14 +79,10 @@ class InferenceSession:
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
         quiet_session_options(options)  # idle workers would take the cores our kernels use
-        self._threads = options.intra_op_num_threads  # 0: every core
         self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
         if weights:  # onnxruntime reads them where they are: they live as long as we do
             options.add_external_initializers(list(weights), self._weights)
-        self._session = ort.InferenceSession(
-            serialized, options,
-            providers=list(providers) if providers else ["CPUExecutionProvider"],
-            provider_options=provider_options, **kwargs)
+        self._session = ort.InferenceSession(serialized, options, **arguments)
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 4  # a failed kernel is raised, not logged
@@ -79,6 +90,13 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
             run_options: ort.RunOptions | None = None) -> list[Any]:
+        if self._split is not None:
+            threads = thread_limit.set(self._threads)
+            try:
+                return self._split.run(output_names or [o.name for o in self._split.outputs],
+                                       input_feed, run_options)
+            finally:
+                thread_limit.reset(threads)
         state = _state
         state.error = None
         state.in_session += 1
@@ -136,6 +154,18 @@ class InferenceSession:
 
     io_binding = run_with_iobinding = run_with_ortvaluevector = _unsupported
 
+    def get_inputs(self) -> list[Any]:
+        return self._split.inputs if self._split else self._session.get_inputs()
+
+    def get_outputs(self) -> list[Any]:
+        return self._split.outputs if self._split else self._session.get_outputs()
+
+    def get_overridable_initializers(self) -> list[Any]:
+        return [] if self._split else self._session.get_overridable_initializers()
+
+    def end_profiling(self) -> str:
+        return self._split.end_profiling() if self._split else self._session.end_profiling()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
 
@@ -192,6 +222,17 @@ def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.Sess
         if _config_entry(options, key) is None:
             options.add_session_config_entry(key, "0")
     return options
+
+
+def _stop_spinning_after_runs(options: ort.SessionOptions) -> ort.SessionOptions:
+    """``options`` with ``session.force_spinning_stop`` "1" unless set: the threads of a
+    segment of :mod:`~dml_onnx.runtime.segments` spin while it runs, not after."""
+    if _config_entry(options, _STOP_SPINNING) is None:
+        options.add_session_config_entry(_STOP_SPINNING, "1")
+    return options
+
+
+_STOP_SPINNING = "session.force_spinning_stop"
 
 
 def _config_entry(options: ort.SessionOptions, key: str) -> str | None:

@@ -1,0 +1,325 @@
+"""Split execution: a model whose ``dml_onnx`` nodes pass values between standard nodes runs
+as onnxruntime sessions over the standard nodes (segments) with the kernels called between them.
+
+onnxruntime-extensions copies every input of a PyOp into a new array and every output into
+onnxruntime's buffer, on one thread: a detector's feature maps and pooled regions (73 MB in
+and 50 MB out per Faster R-CNN run). Here the kernels read the segments' outputs where
+onnxruntime wrote them (``OrtValue.numpy()`` is a view) and the next segment reads the
+kernels' arrays where they lie (``OrtValue.ortvalue_from_numpy``). And since no Python runs
+inside a segment, its threads may spin while it runs (onnxruntime's default, about 20% faster
+than sleeping) and stop at its end (``session.force_spinning_stop``), when the kernels need the
+cores.
+
+Steps are ordered by level: a node's level is the highest of its producers' levels, plus one
+after a ``dml_onnx`` producer; each level runs its standard nodes as one segment, then its
+``dml_onnx`` nodes. So Faster R-CNN runs as segment, 4 kernels, segment; Mask R-CNN as three
+segments. The first segment declares every graph input, so that onnxruntime checks the whole
+feed before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from dml_onnx.definition import DOMAIN
+from dml_onnx.graphs import nested_graphs, subgraphs, walk_nodes
+from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
+from dml_onnx.runtime.rewrite import _plan_node
+from dml_onnx.runtime.weights import serialized_with_weights
+
+SegmentOptions = Callable[[dict[str, np.ndarray]], ort.SessionOptions]
+"""Session options for one segment, given the weights it takes as external initializers."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Standard nodes run as one onnxruntime session: it reads ``inputs`` and returns
+    ``outputs`` (values later steps read, or graph outputs)."""
+
+    model: onnx.ModelProto  # its initializers that are weights are stubs
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One ``dml_onnx`` node, all its inputs and outputs passed as arrays."""
+
+    node: onnx.NodeProto
+    config: bytes  # the hook's config: every present input a feed, every output a fetch
+    variant: _Variant
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as ``onnxruntime.NodeArg`` describes it."""
+
+    name: str
+    type: str  # "tensor(float)"
+    shape: list[int | str | None]  # [] where unknown
+
+
+def split(model: onnx.ModelProto, elem_types: Mapping[str, int]
+          ) -> list[Segment | Kernel] | None:
+    """The steps of ``model`` (its ``dml_onnx`` nodes checked), or ``None`` where split
+    execution does not apply or gains nothing: no ``dml_onnx`` node reads or writes a value
+    between standard nodes (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s
+    direct values), one sits in a subgraph or function, a graph input has an initializer
+    (onnxruntime lets a feed override it), a value between steps is not a tensor of a known
+    element type, or no standard node runs first (it checks the feed)."""
+    graph = model.graph
+    initializers = {tensor.name for tensor in graph.initializer}
+    inputs = [value.name for value in graph.input]
+    outputs = [value.name for value in graph.output]
+    ends = set(inputs) | set(outputs)
+    custom = [node.domain == DOMAIN for node in graph.node]
+    if (not any(c and any(v and v not in ends for v in (*n.input, *n.output))
+                for c, n in zip(custom, graph.node))
+            or any(n.domain == DOMAIN for g in nested_graphs(graph) for n in g.node)
+            or any(n.domain == DOMAIN for f in model.functions for n in walk_nodes(f))
+            or initializers & set(inputs) or len(initializers) != len(graph.initializer)
+            or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
+            or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
+        return None
+    levels = _levels(graph.node, custom)
+    readers: dict[str, set[int]] = {}
+    for index, node in enumerate(graph.node):
+        for name in _reads(node):
+            readers.setdefault(name, set()).add(index)
+    steps: list[Segment | Kernel] = []
+    for level in range(max(levels) + 1):
+        members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
+        if members:
+            segment = _segment(model, members, readers, elem_types, first=not steps)
+            if segment is None:
+                return None
+            steps.append(segment)
+        elif not steps:
+            return None
+        steps += [_kernel(graph.node[i], elem_types)
+                  for i, lv in enumerate(levels) if lv == level and custom[i]]
+    return steps
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values ``node`` reads: its inputs and what its subgraphs read by name (a superset:
+    names a subgraph defines itself match no value of the main graph)."""
+    names = {name for name in node.input if name}
+    for graph in subgraphs(node):
+        names.update(name for inner in walk_nodes(graph) for name in inner.input)
+        names.update(value.name for value in graph.output)
+    return names
+
+
+def _levels(nodes: Sequence[onnx.NodeProto], custom: Sequence[bool]) -> list[int]:
+    produced_by: dict[str, int] = {}
+    levels: list[int] = []
+    for index, node in enumerate(nodes):
+        levels.append(max((levels[p] + custom[p] for p in map(produced_by.get, _reads(node))
+                           if p is not None), default=0))
+        produced_by.update((name, index) for name in node.output if name)
+    return levels
+
+
+def _segment(model: onnx.ModelProto, members: list[int], readers: dict[str, set[int]],
+             elem_types: Mapping[str, int], first: bool) -> Segment | None:
+    graph = model.graph
+    nodes = [graph.node[i] for i in members]
+    inside = set(members)
+    produced = {name for node in nodes for name in node.output if name}
+    declared = {value.name: value for value in (*graph.input, *graph.output)}
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    read = set().union(*map(_reads, nodes))
+    known = {value.name for value in graph.input} | {
+        name for node in graph.node for name in node.output}
+    inputs = [value.name for value in graph.input] if first else []
+    inputs += sorted(name for name in read - produced - set(inputs) - initializers.keys()
+                     if name in known)
+    outputs = [name for name in sorted(produced)
+               if name in declared or readers.get(name, set()) - inside]
+    if not outputs or any(name not in declared and name not in elem_types
+                          for name in (*inputs, *outputs)):
+        return None
+
+    def value(name: str) -> onnx.ValueInfoProto:
+        return declared.get(name) or helper.make_tensor_value_info(name, elem_types[name], None)
+    segment = helper.make_graph(
+        nodes, graph.name, [value(name) for name in inputs], [value(name) for name in outputs],
+        initializer=[initializers[name] for name in sorted(read & initializers.keys())])
+    result = helper.make_model(
+        segment, ir_version=model.ir_version, functions=model.functions,
+        opset_imports=[o for o in model.opset_import if o.domain != DOMAIN])
+    if first:  # the session's metadata
+        for field in ("producer_name", "producer_version", "domain", "model_version",
+                      "doc_string"):
+            setattr(result, field, getattr(model, field))
+        result.metadata_props.extend(model.metadata_props)
+    return Segment(result, tuple(inputs), tuple(outputs))
+
+
+def _kernel(node: onnx.NodeProto, elem_types: Mapping[str, int]) -> Kernel:
+    plan = _plan_node(node, dict(elem_types), set(node.input) - {""},
+                      set(node.output) - {""})
+    variant = _Variant(plan.definition, tuple(
+        np.dtype(helper.tensor_dtype_to_np_dtype(o.runtime_type)) for o in plan.outputs), False)
+    return Kernel(node, json.dumps(plan.config, allow_nan=True).encode(), variant)
+
+
+class SplitRun:
+    """The sessions of a model's :func:`split` steps and its runs.
+
+    ``options(weights)`` gives each segment's session options; with ``weights=None`` segments
+    take their weights inside the serialized model (the caller's options, which would keep
+    external initializers after us), else as external initializers from ``weights``.
+    """
+
+    def __init__(self, model: onnx.ModelProto, steps: list[Segment | Kernel],
+                 weights: dict[str, np.ndarray], options: ort.SessionOptions | None,
+                 make_options: Callable[[], ort.SessionOptions], **session_arguments: Any):
+        self.steps: list[tuple[Segment, ort.InferenceSession] | Kernel] = []
+        self.weights: list[ort.OrtValue] = []  # what onnxruntime reads where it is
+        prefix = options.profile_file_prefix if options is not None else ""
+        initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+        self._constants = {  # the initializers kernels read
+            name: weights[name] if name in weights else numpy_helper.to_array(initializers[name])
+            for step in steps if isinstance(step, Kernel)
+            for name in step.node.input if name in initializers}
+        for step in steps:
+            if isinstance(step, Kernel):
+                self.steps.append(step)
+                continue
+            if options is not None:  # one profile file each (names are made to the second)
+                options.profile_file_prefix = f"{prefix}_segment{len(self.steps)}"
+            mine = {t.name: weights[t.name] for t in step.model.graph.initializer
+                    if t.name in weights}
+            if options is not None:
+                session_options, serialized = options, serialized_with_weights(step.model, mine)
+            else:
+                session_options, serialized = make_options(), step.model.SerializeToString()
+                values = [ort.OrtValue.ortvalue_from_numpy(array) for array in mine.values()]
+                if values:
+                    session_options.add_external_initializers(list(mine), values)
+                    self.weights += values
+            try:
+                session = ort.InferenceSession(serialized, session_options, **session_arguments)
+            finally:
+                if options is not None:
+                    options.profile_file_prefix = prefix
+            self.steps.append((step, session))
+        first = self.steps[0]
+        assert not isinstance(first, Kernel)  # split() puts a segment first
+        self.first = first[1]
+        self.inputs = [_node_arg(v) for v in model.graph.input]
+        self.outputs = [_node_arg(v) for v in model.graph.output]
+        self.profile: list[dict] | None = [] if self.first.get_session_options(
+            ).enable_profiling else None
+        self.start_ns = self.first.get_profiling_start_time_ns()
+
+    @property
+    def sessions(self) -> list[ort.InferenceSession]:
+        return [step[1] for step in self.steps if not isinstance(step, Kernel)]
+
+    def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any],
+            run_options: ort.RunOptions | None) -> list[np.ndarray]:
+        declared = {arg.name for arg in self.outputs}
+        for name in output_names:
+            if name not in declared:
+                raise ValueError(f"Invalid output name: {name}")
+        started = time.time_ns()
+        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+                for name, value in input_feed.items()}
+        values: dict[str, Any] = {**feed, **self._constants}
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                self._call(step, values)
+            else:
+                segment, session = step
+                got = session.run_with_ort_values(  # the first checks the feed, names too
+                    list(segment.outputs), feed if session is self.first else {
+                        name: _ort_value(values[name]) for name in segment.inputs}, run_options)
+                values.update(zip(segment.outputs, got))
+        if self.profile is not None:
+            self.profile.append(_event("model_run", "Session", started, self.start_ns))
+        return [_array(values[name]) for name in output_names]
+
+    def _call(self, kernel: Kernel, values: dict[str, Any]) -> None:
+        started = time.time_ns()
+        state = _state
+        outer = state.feeds, state.fetched
+        state.feeds = {name: _array(values[name]) for name in kernel.node.input if name}
+        state.fetched = {}
+        try:
+            _run_call(_parse_config(kernel.config), [None] * len(kernel.variant.definition.inputs),
+                      kernel.variant)
+            values.update(state.fetched)
+        except BaseException as exc:
+            error = _kernel_error(exc, kernel.variant, kernel.config)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            state.feeds, state.fetched = outer
+        if self.profile is not None:
+            self.profile.append(_event(f"{kernel.node.name}_kernel_time", "Node", started,
+                                       self.start_ns, op_name=kernel.variant.definition.name,
+                                       provider="dml_onnx"))
+
+    def end_profiling(self) -> str:
+        """One trace of every segment's events (their runs named ``segment_run``) and the
+        kernels' (``Node`` events named ``<node>_kernel_time``, op ``<operator>``), written
+        where the first segment's profile was."""
+        events: list[dict] = list(self.profile or [])
+        path = ""
+        for session in self.sessions:
+            written = session.end_profiling()
+            if not written:
+                continue
+            path = path or written
+            offset = (session.get_profiling_start_time_ns() - self.start_ns) / 1000
+            for event in json.loads(Path(written).read_text()):
+                if event.get("name") == "model_run":
+                    event["name"] = "segment_run"
+                event["ts"] = event.get("ts", 0) + offset
+                events.append(event)
+            if written != path:
+                os.remove(written)
+        if path:
+            events.sort(key=lambda e: e.get("ts", 0))
+            Path(path).write_text(json.dumps(events))
+        self.profile = None
+        return path
+
+
+def _event(name: str, category: str, started: int, start_ns: int, **args: str) -> dict:
+    """A trace event as onnxruntime's profiler writes it (microseconds from its start)."""
+    return {"cat": category, "pid": os.getpid(), "tid": 0, "ph": "X", "name": name,
+            "ts": (started - start_ns) // 1000, "dur": (time.time_ns() - started) // 1000,
+            "args": args}
+
+
+def _ort_value(value: Any) -> ort.OrtValue:
+    return value if isinstance(value, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(value)
+
+
+def _array(value: Any) -> np.ndarray:
+    """A value as numpy: a view of an ``OrtValue`` (which the view keeps alive)."""
+    return value.numpy() if isinstance(value, ort.OrtValue) else value
+
+
+def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
+    tensor = value.type.tensor_type
+    shape = ([d.dim_value if d.HasField("dim_value") else d.dim_param or None
+              for d in tensor.shape.dim] if tensor.HasField("shape") else [])
+    elem = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+    return NodeArg(value.name, f"tensor({elem})", shape)

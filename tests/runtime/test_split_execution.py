@@ -1,0 +1,247 @@
+"""Split execution: a model whose dml_onnx nodes read or write values between standard nodes
+runs as onnxruntime segments with the kernels called between them, on the segments' arrays
+as they are; it must compute what the one-session route (the PyOps of ``to_runtime_model``)
+computes, check the feed as onnxruntime does, and report like onnxruntime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime_extensions import get_library_path
+
+import dml_onnx
+from custom_ops import KernelError, _threads
+from dml_onnx.reference import ReferenceEvaluator
+from dml_onnx.runtime import segments
+
+FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
+POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
+STOP_SPINNING = "session.force_spinning_stop"
+
+
+def _value(name, elem=FLOAT, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _one_session(model, feeds, output_names=None):
+    """The one-session route: the guarded PyOps in a plain onnxruntime session."""
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    session = ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(),
+                                   options, providers=["CPUExecutionProvider"])
+    return session.run(output_names, feeds)
+
+
+def _detector_like(dtype=FLOAT):
+    """Conv -> two RoiAlign1 on the same map (one on a Relu of it) -> Add -> LpPooling ->
+    Neg: two levels of kernels, a kernel reading an initializer, a graph output made by a
+    kernel and one by a segment, and a graph input only the last segment reads."""
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    rois = np.array([[0, 0, 5, 5], [1.5, 2, 7, 6], [0, 3, 7, 7]],
+                    helper.tensor_dtype_to_np_dtype(dtype))
+    align = {"output_size": [3, 3], "spatial_scale_x": 1.0, "spatial_scale_y": 1.0}
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["F"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["F"], ["R"]),
+        helper.make_node("Cast", ["F"], ["F_t"], to=dtype),
+        helper.make_node("Cast", ["R"], ["R_t"], to=dtype),
+        dml_onnx.roi_align1("F_t", "rois", "batch", "A", name="align_F", **align),
+        dml_onnx.roi_align1("R_t", "rois", "batch", "B", name="align_R", **align),
+        helper.make_node("Add", ["A", "B"], ["S"]),
+        dml_onnx.lp_pooling("S", "P", name="pool", **POOL),
+        helper.make_node("Cast", ["P"], ["P_f"], to=FLOAT),
+        helper.make_node("Add", ["P_f", "bias"], ["Z"])]
+    model = dml_onnx.make_model(
+        nodes, [_value("X", FLOAT, [1, 3, 8, 8]), _value("bias", FLOAT, [1])],
+        [_value("Z", FLOAT), _value("A", dtype)],
+        initializers=[numpy_helper.from_array(weight, "W"), numpy_helper.from_array(rois, "rois"),
+                      numpy_helper.from_array(np.zeros(3, np.int64), "batch")])
+    feeds = {"X": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "bias": np.array([0.5], np.float32)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("dtype", [FLOAT, FLOAT16])
+def test_a_detector_like_graph_splits_and_equals_the_one_session_route(dtype):
+    model, feeds = _detector_like(dtype)
+    session = dml_onnx.InferenceSession(model)
+    assert session._split is not None
+    kinds = ["kernel" if isinstance(step, segments.Kernel) else "segment"
+             for step in session._split.steps]
+    assert kinds == ["segment", "kernel", "kernel", "segment", "kernel", "segment"]
+    got = session.run(None, feeds)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-3 if dtype == FLOAT16 else 1e-5, atol=1e-5)
+    if dtype == FLOAT:  # float16: onnxruntime drops the Cast pair around P, which we keep
+        for g, w in zip(got, _one_session(model, feeds)):
+            np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(session.run(["A"], feeds)[0], got[1])
+
+
+def test_kernels_read_the_segments_arrays_without_a_copy(monkeypatch):
+    """onnxruntime-extensions would hand the kernel a new array (it owns its data); here it
+    gets a view of onnxruntime's output."""
+    model, feeds = _detector_like()
+    session = dml_onnx.InferenceSession(model)
+    seen = []
+    run_call = segments._run_call
+
+    def spy(call, feed, variant):
+        seen.append({name: array for name, array in segments._state.feeds.items()})
+        return run_call(call, feed, variant)
+    monkeypatch.setattr(segments, "_run_call", spy)
+    session.run(None, feeds)
+    assert [sorted(s) for s in seen] == [["F_t", "batch", "rois"], ["R_t", "batch", "rois"],
+                                        ["S"]]
+    for name in ("F_t", "R_t", "S"):
+        array = next(s[name] for s in seen if name in s)
+        assert not array.flags.owndata and array.base is not None, name
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["Relu", "Neg", "LpPooling", "LpPooling1"]), min_size=1,
+                max_size=6),
+       st.lists(st.booleans(), min_size=7, max_size=7), st.integers(0, 2**32 - 1))
+def test_random_chains_equal_the_one_session_route(ops, exposed, seed):
+    """A chain of standard and dml_onnx nodes with any intermediate values as graph outputs."""
+    nodes, names = [], ["X"]
+    for k, op in enumerate(ops):
+        out = f"v{k}"
+        if op.startswith("LpPooling"):
+            nodes.append(dml_onnx.lp_pooling(names[-1], out, name=f"pool{k}",
+                                             p=1 if op.endswith("1") else 2, **POOL))
+        else:
+            nodes.append(helper.make_node(op, [names[-1]], [out]))
+        names.append(out)
+    outputs = [n for n, keep in zip(names[1:], exposed) if keep] or [names[-1]]
+    if names[-1] not in outputs:
+        outputs.append(names[-1])
+    model = dml_onnx.make_model(nodes, [_value("X", FLOAT, [2, 3, 5, 6])],
+                                [_value(n) for n in outputs])
+    feeds = {"X": np.random.default_rng(seed).standard_normal((2, 3, 5, 6)).astype(np.float32)}
+    session = dml_onnx.InferenceSession(model)
+    for got, want in zip(session.run(None, feeds), _one_session(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_models_that_gain_nothing_or_cannot_split_keep_one_session():
+    value = _value("X", FLOAT, [1, 3, 5, 5])
+    only_ends = dml_onnx.make_model([dml_onnx.lp_pooling("X", "Y", **POOL)], [value],
+                                    [_value("Y")])
+    assert dml_onnx.InferenceSession(only_ends)._split is None
+    first = dml_onnx.make_model(  # no standard node runs first to check the feed
+        [dml_onnx.lp_pooling("X", "P", **POOL), helper.make_node("Relu", ["P"], ["Y"])],
+        [value], [_value("Y")])
+    assert dml_onnx.InferenceSession(first)._split is None
+    options = ort.SessionOptions()
+    model, feeds = _detector_like()
+    options.optimized_model_filepath = "unused.onnx"
+    assert dml_onnx.InferenceSession(model, options)._split is None
+
+
+def test_the_feed_is_checked_before_any_kernel_runs(monkeypatch):
+    model, feeds = _detector_like()
+    session = dml_onnx.InferenceSession(model)
+    monkeypatch.setattr(segments, "_run_call", lambda *a: pytest.fail("a kernel ran"))
+    with pytest.raises(Exception, match="bias"):  # only the last segment reads it
+        session.run(None, {"X": feeds["X"]})
+    with pytest.raises(Exception, match="(?i)data type"):
+        session.run(None, {**feeds, "bias": feeds["bias"].astype(np.float64)})
+    with pytest.raises(Exception, match="(?i)dimensions|shape"):
+        session.run(None, {**feeds, "bias": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="nope"):
+        session.run(["nope"], feeds)
+
+
+def test_a_failed_kernel_raises_kernel_error_and_the_session_goes_on():
+    model, feeds = _detector_like()
+    rois = numpy_helper.from_array(np.array([[0, 0, 5, 5]] * 3, np.float32), "rois")
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    bad.graph.initializer[2].CopyFrom(numpy_helper.from_array(np.array([0, 0, 7]), "batch"))
+    bad.graph.initializer[1].CopyFrom(rois)
+    session = dml_onnx.InferenceSession(bad)
+    with pytest.raises(KernelError, match="RoiAlign1 'align_F'.*batch"):
+        session.run(None, feeds)
+    good = dml_onnx.InferenceSession(model)
+    assert len(good.run(None, feeds)) == 2
+
+
+def test_inputs_and_outputs_are_described_as_onnxruntime_describes_them():
+    model, _ = _detector_like()
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    plain = ort.InferenceSession(dml_onnx.to_runtime_model(model).SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+    session = dml_onnx.InferenceSession(model)
+    for mine, theirs in ((session.get_inputs(), plain.get_inputs()),
+                         (session.get_outputs(), plain.get_outputs())):
+        assert [(a.name, a.type, a.shape) for a in mine] == \
+            [(a.name, a.type, a.shape) for a in theirs]
+    assert session.get_overridable_initializers() == []
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_segments_spin_while_they_run_and_stop_after_unless_the_caller_says():
+    model, feeds = _detector_like()
+    options = ort.SessionOptions()
+    dml_onnx.InferenceSession(model, options).run(None, feeds)
+    assert options.get_session_config_entry(STOP_SPINNING) == "1"
+    with pytest.raises(RuntimeError):  # spinning stays onnxruntime's default
+        options.get_session_config_entry("session.intra_op.allow_spinning")
+    mine = ort.SessionOptions()
+    mine.add_session_config_entry(STOP_SPINNING, "0")
+    dml_onnx.InferenceSession(model, mine)
+    assert mine.get_session_config_entry(STOP_SPINNING) == "0"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernels_see_the_sessions_intra_op_thread_count(threads, monkeypatch):
+    model, feeds = _detector_like()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = dml_onnx.InferenceSession(model, options)
+    seen = []
+    run_call = segments._run_call
+
+    def spy(*args):
+        seen.append(_threads.thread_limit.get())
+        return run_call(*args)
+    monkeypatch.setattr(segments, "_run_call", spy)
+    session.run(None, feeds)
+    assert seen == [threads] * 3
+    assert _threads.thread_limit.get() == 0
+
+
+def test_profiling_gives_one_trace_with_the_kernels(tmp_path):
+    model, feeds = _detector_like()
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "trace")
+    session = dml_onnx.InferenceSession(model, options)
+    for _ in range(3):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    assert options.profile_file_prefix == str(tmp_path / "trace")
+    assert [p.name for p in tmp_path.iterdir()] == [Path(path).name]
+    events = json.loads(Path(path).read_text())
+    assert sum(e.get("name") == "model_run" for e in events) == 3
+    kernels = [e for e in events if e.get("cat") == "Node"
+               and e["args"].get("op_name") in ("RoiAlign1", "LpPooling")]
+    assert sorted({e["name"] for e in kernels}) == ["align_F_kernel_time",
+                                                     "align_R_kernel_time",
+                                                     "pool_kernel_time"]
+    assert len(kernels) == 9 and all(e["dur"] >= 0 for e in kernels)
+    assert any(e.get("args", {}).get("op_name") == "Conv" for e in events)
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
