@@ -277,8 +277,8 @@ class SplitRun:
 
     def end_profiling(self) -> str:
         """One trace of every segment's events (their runs named ``segment_run``) and the
-        kernels' (``Node`` events named ``<node>_kernel_time``, op ``<operator>``), written
-        where the first segment's profile was."""
+        kernels' (``Node`` events named ``<node>_kernel_time``, op ``<operator>``) in the
+        order they ended, as onnxruntime writes them, where the first segment's profile was."""
         events: list[dict] = list(self.profile or [])
         path = ""
         for session in self.sessions:
@@ -295,7 +295,7 @@ class SplitRun:
             if written != path:
                 os.remove(written)
         if path:
-            events.sort(key=lambda e: e.get("ts", 0))
+            events.sort(key=lambda e: e.get("ts", 0) + e.get("dur", 0))  # as they ended
             Path(path).write_text(json.dumps(events))
         self.profile = None
         return path
