@@ -190,19 +190,26 @@ def _inferred(model: onnx.ModelProto) -> onnx.GraphProto:
 def element_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every value of the main graph whose type is known (declared,
     inferred with the domain's schemas, an initializer or a ``Constant``)."""
+    return element_types_and_ranks(model)[0]
+
+
+def element_types_and_ranks(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
+    """:func:`element_types`, and the rank of every tensor value whose rank is known, from one
+    shape inference."""
     graph = _inferred(model)
-    types = {}
+    types, ranks = {}, {}
     for value in (*graph.input, *graph.value_info, *graph.output):
-        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
-            types[value.name] = value.type.tensor_type.elem_type
-    for tensor in graph.initializer:
-        types[tensor.name] = tensor.data_type
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    types[node.output[0]] = attribute.t.data_type
-    return types
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.elem_type:
+            types[value.name] = tensor.elem_type
+            if tensor.HasField("shape"):
+                ranks[value.name] = len(tensor.shape.dim)
+    constants = [(node.output[0], attribute.t) for node in graph.node
+                 if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+                 for attribute in node.attribute if attribute.name == "value"]
+    for name, tensor in [*((t.name, t) for t in graph.initializer), *constants]:
+        types[name], ranks[name] = tensor.data_type, len(tensor.dims)
+    return types, ranks
 
 
 def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:

@@ -15,7 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 from custom_ops import KernelError
 from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix, walk_nodes
+from dml_onnx.graphs import (
+    check_structure,
+    element_types_and_ranks,
+    load_model,
+    unused_prefix,
+    walk_nodes,
+)
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime.hook import (
     _CAST_TO_FLOAT,
@@ -54,13 +60,14 @@ def to_runtime_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx
     return _runtime_model(load_model(model), mode="guarded", strings=True)
 
 
-def checked_types(model: onnx.ModelProto, *, strings: bool) -> dict[str, int]:
-    """The element types of ``model``'s values (:func:`dml_onnx.graphs.element_types`), after
-    its structure is checked; ``strings=False`` for a model whose strings
-    :func:`dml_onnx.graphs.load_model` checked."""
+def checked_types(model: onnx.ModelProto, *, strings: bool
+                  ) -> tuple[dict[str, int], dict[str, int]]:
+    """The element types and ranks of ``model``'s values
+    (:func:`dml_onnx.graphs.element_types_and_ranks`), after its structure is checked;
+    ``strings=False`` for a model whose strings :func:`dml_onnx.graphs.load_model` checked."""
     register_schemas()
     check_structure(model, "the onnxruntime binding", strings=strings, schemas=False)
-    return element_types(model)
+    return element_types_and_ranks(model)
 
 
 def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
@@ -68,7 +75,7 @@ def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
     """:func:`to_runtime_model` in any :data:`_Mode`; ``strings`` as :func:`checked_types`
     takes it, which ``elem_types`` comes from where given."""
     if elem_types is None:
-        elem_types = checked_types(model, strings=strings)
+        elem_types = checked_types(model, strings=strings)[0]
     result = onnx.ModelProto()
     result.CopyFrom(model)
     del result.graph.node[:]

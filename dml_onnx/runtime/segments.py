@@ -70,9 +70,10 @@ class NodeArg:
     shape: list[int | str | None]  # [] where unknown
 
 
-def split(model: onnx.ModelProto, elem_types: Mapping[str, int]
+def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[str, int]
           ) -> list[Segment | Kernel] | None:
-    """The steps of ``model`` (its ``dml_onnx`` nodes checked), or ``None`` where split
+    """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
+    its values as inferred), or ``None`` where split
     execution does not apply or gains nothing: no ``dml_onnx`` node reads or writes a value
     between standard nodes (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s
     direct values), one sits in a subgraph or function, a graph input has an initializer
@@ -101,7 +102,7 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int]
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
         if members:
-            segment = _segment(model, members, readers, elem_types, first=not steps)
+            segment = _segment(model, members, readers, elem_types, ranks, first=not steps)
             if segment is None:
                 return None
             steps.append(segment)
@@ -133,7 +134,13 @@ def _levels(nodes: Sequence[onnx.NodeProto], custom: Sequence[bool]) -> list[int
 
 
 def _segment(model: onnx.ModelProto, members: list[int], readers: dict[str, set[int]],
-             elem_types: Mapping[str, int], first: bool) -> Segment | None:
+             elem_types: Mapping[str, int], ranks: Mapping[str, int], first: bool
+             ) -> Segment | None:
+    """The segment of the standard nodes ``members``. Values from earlier steps are declared
+    with their element type and the rank a kernel's schema gives (onnxruntime's layout
+    optimizer needs it: without it the mask head's convolutions did not take the NCHWc form
+    and ran 3x slower), dimensions unknown (an exporter's recorded shapes may be wrong, and
+    onnxruntime refuses a feed that differs); outputs with the element type only."""
     graph = model.graph
     nodes = [graph.node[i] for i in members]
     inside = set(members)
@@ -141,6 +148,7 @@ def _segment(model: onnx.ModelProto, members: list[int], readers: dict[str, set[
     declared = {value.name: value for value in (*graph.input, *graph.output)}
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     read = set().union(*map(_reads, nodes))
+    from_kernels = {name for node in graph.node if node.domain == DOMAIN for name in node.output}
     known = {value.name for value in graph.input} | {
         name for node in graph.node for name in node.output}
     inputs = [value.name for value in graph.input] if first else []
@@ -152,10 +160,12 @@ def _segment(model: onnx.ModelProto, members: list[int], readers: dict[str, set[
                           for name in (*inputs, *outputs)):
         return None
 
-    def value(name: str) -> onnx.ValueInfoProto:
-        return declared.get(name) or helper.make_tensor_value_info(name, elem_types[name], None)
+    def value(name: str, shape: list[None] | None = None) -> onnx.ValueInfoProto:
+        return declared.get(name) or helper.make_tensor_value_info(name, elem_types[name], shape)
     segment = helper.make_graph(
-        nodes, graph.name, [value(name) for name in inputs], [value(name) for name in outputs],
+        nodes, graph.name,
+        [value(name, [None] * ranks[name] if name in from_kernels and name in ranks else None)
+         for name in inputs], [value(name) for name in outputs],
         initializer=[initializers[name] for name in sorted(read & initializers.keys())])
     result = helper.make_model(
         segment, ir_version=model.ir_version, functions=model.functions,

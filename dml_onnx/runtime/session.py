@@ -53,9 +53,10 @@ class InferenceSession:
         # the weights as arrays that onnxruntime takes from our own options, or, with the
         # caller's options (which would keep them after us), inside the serialized model
         model, weights = load_without_weights(path_or_bytes)
-        elem_types = checked_types(model, strings=isinstance(path_or_bytes, onnx.ModelProto))
+        elem_types, ranks = checked_types(model,
+                                          strings=isinstance(path_or_bytes, onnx.ModelProto))
         steps = None if sess_options is not None and sess_options.optimized_model_filepath \
-            else split(model, elem_types)  # one session writes one optimized model
+            else split(model, elem_types, ranks)  # one session writes one optimized model
         arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
                          provider_options=provider_options, **kwargs)
         self._threads = sess_options.intra_op_num_threads if sess_options else 0  # 0: all cores

@@ -248,3 +248,17 @@ def test_profiling_gives_one_trace_with_the_kernels(tmp_path):
     assert ends == sorted(ends)  # a run's nodes come before its model_run, as onnxruntime's
     runs = [k for k, e in enumerate(events) if e.get("name") == "model_run"]
     assert max(k for k, e in enumerate(events) if e in kernels) < runs[-1]
+
+
+def test_a_kernels_output_reaches_the_next_segment_with_its_rank():
+    """onnxruntime's layout optimizer needs the rank of a convolution's input; the dimensions
+    stay unknown (an exporter's recorded ones may be wrong)."""
+    model, _ = _detector_like()
+    steps = dml_onnx.InferenceSession(model)._split.steps
+    second = [s for s in steps if not isinstance(s, segments.Kernel)][1][0]
+    declared = {v.name: v.type.tensor_type for v in second.model.graph.input}
+    assert sorted(declared) == ["A", "B"]
+    for tensor in declared.values():
+        assert len(tensor.shape.dim) == 4
+        assert not any(d.HasField("dim_value") or d.dim_param for d in tensor.shape.dim)
+    assert all(not v.type.tensor_type.HasField("shape") for v in second.model.graph.output)
