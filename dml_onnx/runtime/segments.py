@@ -94,15 +94,12 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
         return None
     levels = _levels(graph.node, custom)
-    readers: dict[str, set[int]] = {}
-    for index, node in enumerate(graph.node):
-        for name in _reads(node):
-            readers.setdefault(name, set()).add(index)
+    wiring = _Wiring(model, custom, elem_types, ranks)
     steps: list[Segment | Kernel] = []
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
         if members:
-            segment = _segment(model, members, readers, elem_types, ranks, first=not steps)
+            segment = wiring.segment(members, first=not steps)
             if segment is None:
                 return None
             steps.append(segment)
@@ -133,49 +130,97 @@ def _levels(nodes: Sequence[onnx.NodeProto], custom: Sequence[bool]) -> list[int
     return levels
 
 
-def _segment(model: onnx.ModelProto, members: list[int], readers: dict[str, set[int]],
-             elem_types: Mapping[str, int], ranks: Mapping[str, int], first: bool
-             ) -> Segment | None:
-    """The segment of the standard nodes ``members``. Values from earlier steps are declared
-    with their element type and the rank a kernel's schema gives (onnxruntime's layout
-    optimizer needs it: without it the mask head's convolutions did not take the NCHWc form
-    and ran 3x slower), dimensions unknown (an exporter's recorded shapes may be wrong, and
-    onnxruntime refuses a feed that differs); outputs with the element type only."""
-    graph = model.graph
-    nodes = [graph.node[i] for i in members]
-    inside = set(members)
-    produced = {name for node in nodes for name in node.output if name}
-    declared = {value.name: value for value in (*graph.input, *graph.output)}
-    initializers = {tensor.name: tensor for tensor in graph.initializer}
-    read = set().union(*map(_reads, nodes))
-    from_kernels = {name for node in graph.node if node.domain == DOMAIN for name in node.output}
-    known = {value.name for value in graph.input} | {
-        name for node in graph.node for name in node.output}
-    inputs = [value.name for value in graph.input] if first else []
-    inputs += sorted(name for name in read - produced - set(inputs) - initializers.keys()
-                     if name in known)
-    outputs = [name for name in sorted(produced)
-               if name in declared or readers.get(name, set()) - inside]
-    if not outputs or any(name not in declared and name not in elem_types
-                          for name in (*inputs, *outputs)):
-        return None
+class _Wiring:
+    """Who makes and reads each value of the main graph, for cutting it into segments.
 
-    def value(name: str, shape: list[None] | None = None) -> onnx.ValueInfoProto:
-        return declared.get(name) or helper.make_tensor_value_info(name, elem_types[name], shape)
-    segment = helper.make_graph(
-        nodes, graph.name,
-        [value(name, [None] * ranks[name] if name in from_kernels and name in ranks else None)
-         for name in inputs], [value(name) for name in outputs],
-        initializer=[initializers[name] for name in sorted(read & initializers.keys())])
-    result = helper.make_model(
-        segment, ir_version=model.ir_version, functions=model.functions,
-        opset_imports=[o for o in model.opset_import if o.domain != DOMAIN])
-    if first:  # the session's metadata
-        for field in ("producer_name", "producer_version", "domain", "model_version",
-                      "doc_string"):
-            setattr(result, field, getattr(model, field))
-        result.metadata_props.extend(model.metadata_props)
-    return Segment(result, tuple(inputs), tuple(outputs))
+    Constant nodes (a ``Constant``, or a standard node that reads only initializers and
+    constant nodes' outputs: TorchScript's ``Identity`` of a shared weight) go into every
+    segment that reads them, so that onnxruntime still folds what depends on them and sees
+    weights as weights (passed between segments, Mask R-CNN's mask head biases kept its
+    convolutions out of the NCHWc form: 3x slower)."""
+
+    def __init__(self, model: onnx.ModelProto, custom: Sequence[bool],
+                 elem_types: Mapping[str, int], ranks: Mapping[str, int]):
+        graph = self.graph = model.graph
+        self.model, self.custom, self.elem_types, self.ranks = model, custom, elem_types, ranks
+        self.declared = {value.name: value for value in (*graph.input, *graph.output)}
+        self.graph_inputs = {value.name for value in graph.input}
+        self.initializers = {tensor.name: tensor for tensor in graph.initializer}
+        self.producer: dict[str, int] = {}
+        self.readers: dict[str, set[int]] = {}
+        self.constant: set[int] = set()
+        for index, node in enumerate(graph.node):
+            reads = _reads(node)
+            for name in reads:
+                self.readers.setdefault(name, set()).add(index)
+            if not custom[index] and not any(True for _ in subgraphs(node)) and all(
+                    name in self.initializers or self.producer.get(name) in self.constant
+                    for name in reads):
+                self.constant.add(index)
+            self.producer.update((name, index) for name in node.output if name)
+        self.from_kernels = {name for i, node in enumerate(graph.node) if custom[i]
+                             for name in node.output}
+
+    def _with_constants(self, members: list[int]) -> list[int]:
+        """``members`` and the constant nodes whose values they read, at any depth."""
+        chosen, pending = set(members), list(members)
+        while pending:
+            for name in _reads(self.graph.node[pending.pop()]):
+                source = self.producer.get(name)
+                if source in self.constant and source not in chosen:
+                    chosen.add(source)
+                    pending.append(source)
+        return sorted(chosen)
+
+    def _passed(self, name: str, inside: set[int]) -> bool:
+        """Whether a value made inside a segment leaves it: a graph output, or read by a
+        kernel or by a later segment's node (a constant one is made there again)."""
+        return name in self.declared or any(
+            self.custom[r] or self.producer[name] not in self.constant
+            for r in self.readers.get(name, set()) - inside)
+
+    def segment(self, members: list[int], first: bool) -> Segment | None:
+        """The segment of the standard nodes ``members``. Values from earlier steps are
+        declared with their element type and the rank a kernel's schema gives (onnxruntime's
+        layout optimizer wants it), dimensions unknown (an exporter's recorded shapes may be
+        wrong, and onnxruntime refuses a feed that differs); outputs with the element type
+        only."""
+        graph, elem_types = self.graph, self.elem_types
+        inside = set(self._with_constants(members))
+        nodes = [graph.node[i] for i in sorted(inside)]
+        produced = {name for node in nodes for name in node.output if name}
+        read = set().union(*map(_reads, nodes))
+        inputs = [value.name for value in graph.input] if first else []
+        inputs += sorted(name for name in read - produced - set(inputs)
+                         - self.initializers.keys()
+                         if name in self.producer or name in self.graph_inputs)
+        outputs = [name for i in members for name in graph.node[i].output
+                   if name and self._passed(name, inside)]
+        if not outputs or any(name not in elem_types for name in (
+                *(n for n in inputs if n not in self.graph_inputs),
+                *(n for n in outputs if n not in self.declared))):
+            return None
+
+        def value(name: str, rank: int | None = None) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(
+                name, elem_types[name], None if rank is None else [None] * rank)
+        segment = helper.make_graph(
+            nodes, graph.name,
+            [self.declared[name] if name in self.graph_inputs else
+             value(name, self.ranks.get(name) if name in self.from_kernels else None)
+             for name in inputs],
+            [self.declared.get(name) or value(name) for name in outputs],
+            initializer=[self.initializers[name]
+                         for name in sorted(read & self.initializers.keys())])
+        result = helper.make_model(
+            segment, ir_version=self.model.ir_version, functions=self.model.functions,
+            opset_imports=[o for o in self.model.opset_import if o.domain != DOMAIN])
+        if first:  # the session's metadata
+            for field in ("producer_name", "producer_version", "domain", "model_version",
+                          "doc_string"):
+                setattr(result, field, getattr(self.model, field))
+            result.metadata_props.extend(self.model.metadata_props)
+        return Segment(result, tuple(inputs), tuple(outputs))
 
 
 def _kernel(node: onnx.NodeProto, elem_types: Mapping[str, int]) -> Kernel:

@@ -262,3 +262,26 @@ def test_a_kernels_output_reaches_the_next_segment_with_its_rank():
         assert len(tensor.shape.dim) == 4
         assert not any(d.HasField("dim_value") or d.dim_param for d in tensor.shape.dim)
     assert all(not v.type.tensor_type.HasField("shape") for v in second.model.graph.output)
+
+
+def test_constant_nodes_go_into_every_segment_that_reads_them():
+    """A later segment makes a Constant, or an Identity of a weight, again instead of reading
+    it from an earlier one: onnxruntime then still folds it and sees the weight as a weight."""
+    rng = np.random.default_rng(2)
+    weight = numpy_helper.from_array(rng.standard_normal((3, 3, 1, 1)).astype(np.float32), "W")
+    model = dml_onnx.make_model(
+        [helper.make_node("Identity", ["W"], ["W_shared"]),
+         helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(
+             np.array(0.5, np.float32))),
+         helper.make_node("Conv", ["X", "W_shared"], ["F"]),
+         helper.make_node("Mul", ["F", "half"], ["G"]),
+         dml_onnx.lp_pooling("G", "P", name="pool", **POOL),
+         helper.make_node("Conv", ["P", "W_shared"], ["Q"]),
+         helper.make_node("Mul", ["Q", "half"], ["Y"])],
+        [_value("X", FLOAT, [1, 3, 6, 6])], [_value("Y")], initializers=[weight])
+    session = dml_onnx.InferenceSession(model)
+    first, last = [s[0] for s in session._split.steps if not isinstance(s, segments.Kernel)]
+    assert first.outputs == ("G",) and last.inputs == ("P",)
+    assert [n.op_type for n in last.model.graph.node] == ["Identity", "Constant", "Conv", "Mul"]
+    feeds = {"X": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
