@@ -31,12 +31,18 @@ class InferenceSession:
     Takes a path, serialized bytes or a ModelProto and the constructor arguments of
     ``onnxruntime.InferenceSession``; ``run()`` has its signature. An invalid input of a
     ``dml_onnx`` node makes ``run()`` raise :class:`KernelError` (a ``ValueError``) naming the
-    operator, node, field and value; the session keeps working. The given ``sess_options``
-    gets the onnxruntime-extensions library registered, sequential execution, and
-    ``session.intra_op.allow_spinning`` / ``session.inter_op.allow_spinning`` set to "0"
-    unless already set (onnxruntime's idle workers would spin on the cores our kernels use);
-    its ``intra_op_num_threads``, when set, also limits the threads of our kernels.
-    Everything else is delegated to the wrapped onnxruntime session.
+    operator, node, field and value; the session keeps working. Its
+    ``intra_op_num_threads``, when set, also limits the threads of our kernels.
+
+    Where a ``dml_onnx`` node reads or writes a value between standard nodes, the model runs
+    split (:mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes,
+    the kernels between them, ``sess_options`` given ``session.force_spinning_stop`` "1"
+    unless set (:func:`quiet_session_options`). Otherwise it runs as one onnxruntime session
+    with a PyOp per node; ``sess_options`` then gets the onnxruntime-extensions library
+    registered, sequential execution, and ``session.intra_op.allow_spinning`` /
+    ``session.inter_op.allow_spinning`` "0" unless set (the kernels run inside onnxruntime's
+    run: its idle workers would spin on their cores). Everything else is delegated to the
+    (first) onnxruntime session.
 
     The rewritten model reaches onnxruntime without its weights (see
     :mod:`dml_onnx.runtime.weights`): they are read once, into arrays the session owns (a
@@ -63,9 +69,8 @@ class InferenceSession:
         self._split: SplitRun | None = None
         if steps is not None:
             if sess_options is not None:
-                _stop_spinning_after_runs(sess_options)
-            self._split = SplitRun(model, steps, weights, sess_options,
-                                   lambda: _stop_spinning_after_runs(ort.SessionOptions()),
+                quiet_session_options(sess_options)
+            self._split = SplitRun(model, steps, weights, sess_options, quiet_session_options,
                                    **arguments)
             self._session, self._weights = self._split.first, self._split.weights
             return
@@ -79,7 +84,7 @@ class InferenceSession:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
         _register_extensions_library(options)
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL  # kernels on the caller thread
-        quiet_session_options(options)  # idle workers would take the cores our kernels use
+        _no_spinning(options)  # idle workers would take the cores our kernels use
         self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
         if weights:  # onnxruntime reads them where they are: they live as long as we do
             options.add_external_initializers(list(weights), self._weights)
@@ -213,27 +218,29 @@ then sleep instead of spinning on the cores a Python kernel right after them nee
 
 def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
     """``options`` (or new ones) for your other, plain onnxruntime sessions in a process that
-    runs ``dml_onnx`` kernels: their idle worker threads sleep instead of spinning after each
-    run (``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` "0",
-    unless already set), so that a kernel called right after them gets the cores. On the
-    16-core server a RoiAlign1 call that takes 10 ms alone took 38 ms right after a plain
-    session with onnxruntime's default, 12.5 ms with these options."""
+    runs ``dml_onnx`` kernels: their worker threads spin while a run lasts and stop when it
+    ends (``session.force_spinning_stop`` "1", unless already set), so that a kernel called
+    right after them gets the cores. On the 16-core server a RoiAlign1 call (X
+    ``[1,256,128,128]``, 1000 ROIs) took 9.3 ms alone, 26.0 ms right after a plain session with
+    onnxruntime's defaults, 10.2 ms after one with these options (2 cores: 35.4, 58.9 and 36.0
+    ms); sleeping idle workers (``allow_spinning`` "0") protected it as well (9.9 ms) but slow
+    the session's own nodes by about a fifth. :class:`InferenceSession` sets it on the
+    sessions of its segments."""
     options = options or ort.SessionOptions()
-    for key in _NO_SPINNING:
-        if _config_entry(options, key) is None:
-            options.add_session_config_entry(key, "0")
-    return options
-
-
-def _stop_spinning_after_runs(options: ort.SessionOptions) -> ort.SessionOptions:
-    """``options`` with ``session.force_spinning_stop`` "1" unless set: the threads of a
-    segment of :mod:`~dml_onnx.runtime.segments` spin while it runs, not after."""
     if _config_entry(options, _STOP_SPINNING) is None:
         options.add_session_config_entry(_STOP_SPINNING, "1")
     return options
 
 
 _STOP_SPINNING = "session.force_spinning_stop"
+
+
+def _no_spinning(options: ort.SessionOptions) -> None:
+    """Set :data:`_NO_SPINNING` unless the caller set them: the PyOps run inside onnxruntime's
+    run, so its threads must not spin through it."""
+    for key in _NO_SPINNING:
+        if _config_entry(options, key) is None:
+            options.add_session_config_entry(key, "0")
 
 
 def _config_entry(options: ort.SessionOptions, key: str) -> str | None:

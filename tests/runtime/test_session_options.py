@@ -135,12 +135,13 @@ def test_the_extension_loads_without_its_converters_and_they_still_work(importer
 
 
 def test_quiet_session_options_for_the_users_other_sessions():
-    """One call gives plain sessions sleeping idle workers; a value the user set stays."""
+    """One call gives plain sessions workers that stop spinning when a run ends; a value the
+    user set stays, and spinning during runs stays onnxruntime's default."""
     options = dml_onnx.quiet_session_options()
-    assert [options.get_session_config_entry(k) for k in (
-        "session.intra_op.allow_spinning", "session.inter_op.allow_spinning")] == ["0", "0"]
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    with pytest.raises(RuntimeError):
+        options.get_session_config_entry("session.intra_op.allow_spinning")
     mine = ort.SessionOptions()
-    mine.add_session_config_entry("session.inter_op.allow_spinning", "1")
+    mine.add_session_config_entry("session.force_spinning_stop", "0")
     assert dml_onnx.quiet_session_options(mine) is mine
-    assert mine.get_session_config_entry("session.inter_op.allow_spinning") == "1"
-    assert mine.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert mine.get_session_config_entry("session.force_spinning_stop") == "0"
