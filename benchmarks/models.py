@@ -12,8 +12,9 @@ runs in a plain ``onnxruntime.InferenceSession``; :func:`dml_onnx.raising.raise_
 ``RoiAlign`` nodes into ``RoiAlign1``, which runs in ``dml_onnx.InferenceSession``. Both get the
 same session options (``intra_op_num_threads`` = the cores). The script checks that the outputs
 agree, then prints per model the median of ``--repeat`` whole runs of each, and, from
-onnxruntime's profiler (a second pair of sessions), the node time per run summed per op type
-for the types that take the most time.
+onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session's trace
+holds its kernel calls as nodes too), the node time per run summed per op type for the types
+that take the most time, after two warm-up runs.
 
 With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
 as ``python -m benchmarks.run`` does. Writes ``models.md`` to ``--results`` (default:

@@ -30,9 +30,15 @@ from float32 by onnxruntime's ``Cast`` (numpy's float16 conversions are about 20
 except for the operators in :data:`FLOAT16_KERNELS`, which take float16 as it is when all
 their inputs of that type are direct.
 
+Where a ``dml_onnx`` node reads or writes a value between standard nodes, even the direct
+rewrite would copy it; :class:`InferenceSession` then runs the model split instead
+(:mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes and the
+kernels between them, on arrays passed without copies.
+
 The package: :mod:`~dml_onnx.runtime.hook` declares the PyOps and runs their kernels (all the
 binding's process-global state), :mod:`~dml_onnx.runtime.rewrite` rewrites models for them,
 :mod:`~dml_onnx.runtime.session` is :class:`InferenceSession`,
+:mod:`~dml_onnx.runtime.segments` its split execution,
 :mod:`~dml_onnx.runtime.weights` takes a model's weights apart from its graph, and
 :mod:`~dml_onnx.runtime.private_api` holds every private part of onnxruntime-extensions and
 onnxruntime it uses. Importing it declares the PyOps and installs the hook.

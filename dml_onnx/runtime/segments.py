@@ -133,10 +133,11 @@ def _levels(nodes: Sequence[onnx.NodeProto], custom: Sequence[bool]) -> list[int
 class _Wiring:
     """Who makes and reads each value of the main graph, for cutting it into segments.
 
-    Constant nodes (a ``Constant``, or a standard node that reads only initializers and
-    constant nodes' outputs: TorchScript's ``Identity`` of a shared weight) go into every
-    segment that reads them, so that onnxruntime still folds what depends on them and sees
-    weights as weights (passed between segments, Mask R-CNN's mask head biases kept its
+    Constant nodes (a ``Constant``; a ``Shape`` or ``Size`` of a graph input whose dimensions
+    are all fixed, which onnxruntime checks; a standard node that reads only initializers and
+    constant nodes' outputs, such as TorchScript's ``Identity`` of a shared weight) go into
+    every segment that reads them, so that onnxruntime still folds what depends on them and
+    sees weights as weights (passed between segments, Mask R-CNN's mask head biases kept its
     convolutions out of the NCHWc form: 3x slower)."""
 
     def __init__(self, model: onnx.ModelProto, custom: Sequence[bool],
@@ -146,6 +147,7 @@ class _Wiring:
         self.declared = {value.name: value for value in (*graph.input, *graph.output)}
         self.graph_inputs = {value.name for value in graph.input}
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
+        static = {value.name for value in graph.input if _static(value)}
         self.producer: dict[str, int] = {}
         self.readers: dict[str, set[int]] = {}
         self.constant: set[int] = set()
@@ -153,9 +155,9 @@ class _Wiring:
             reads = _reads(node)
             for name in reads:
                 self.readers.setdefault(name, set()).add(index)
-            if not custom[index] and not any(True for _ in subgraphs(node)) and all(
+            if not custom[index] and not any(True for _ in subgraphs(node)) and (all(
                     name in self.initializers or self.producer.get(name) in self.constant
-                    for name in reads):
+                    for name in reads) or _static_shape_of(node, static)):
                 self.constant.add(index)
             self.producer.update((name, index) for name in node.output if name)
         self.from_kernels = {name for i, node in enumerate(graph.node) if custom[i]
@@ -221,6 +223,17 @@ class _Wiring:
                 setattr(result, field, getattr(self.model, field))
             result.metadata_props.extend(self.model.metadata_props)
         return Segment(result, tuple(inputs), tuple(outputs))
+
+
+def _static(value: onnx.ValueInfoProto) -> bool:
+    tensor = value.type.tensor_type
+    return tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim)
+
+
+def _static_shape_of(node: onnx.NodeProto, static: set[str]) -> bool:
+    """Whether ``node`` is a ``Shape`` or ``Size`` of a graph input in ``static``."""
+    return (node.domain in ("", "ai.onnx") and node.op_type in ("Shape", "Size")
+            and len(node.input) == 1 and node.input[0] in static)
 
 
 def _kernel(node: onnx.NodeProto, elem_types: Mapping[str, int]) -> Kernel:

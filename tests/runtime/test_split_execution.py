@@ -265,8 +265,9 @@ def test_a_kernels_output_reaches_the_next_segment_with_its_rank():
 
 
 def test_constant_nodes_go_into_every_segment_that_reads_them():
-    """A later segment makes a Constant, or an Identity of a weight, again instead of reading
-    it from an earlier one: onnxruntime then still folds it and sees the weight as a weight."""
+    """A later segment makes a Constant, an Identity of a weight, or the Shape of a graph input
+    of fixed shape again instead of reading it from an earlier one: onnxruntime then still
+    folds it and sees the weight as a weight."""
     rng = np.random.default_rng(2)
     weight = numpy_helper.from_array(rng.standard_normal((3, 3, 1, 1)).astype(np.float32), "W")
     model = dml_onnx.make_model(
@@ -276,12 +277,16 @@ def test_constant_nodes_go_into_every_segment_that_reads_them():
          helper.make_node("Conv", ["X", "W_shared"], ["F"]),
          helper.make_node("Mul", ["F", "half"], ["G"]),
          dml_onnx.lp_pooling("G", "P", name="pool", **POOL),
+         helper.make_node("Shape", ["X"], ["X_shape"]),
          helper.make_node("Conv", ["P", "W_shared"], ["Q"]),
-         helper.make_node("Mul", ["Q", "half"], ["Y"])],
+         helper.make_node("Mul", ["Q", "half"], ["Q_half"]),
+         helper.make_node("Reshape", ["Q_half", "X_shape"], ["Y"])],
         [_value("X", FLOAT, [1, 3, 6, 6])], [_value("Y")], initializers=[weight])
     session = dml_onnx.InferenceSession(model)
     first, last = [s[0] for s in session._split.steps if not isinstance(s, segments.Kernel)]
-    assert first.outputs == ("G",) and last.inputs == ("P",)
-    assert [n.op_type for n in last.model.graph.node] == ["Identity", "Constant", "Conv", "Mul"]
+    assert first.outputs == ("G",) and last.inputs == ("P", "X")
+    assert [n.op_type for n in last.model.graph.node] == [
+        "Identity", "Constant", "Shape", "Conv", "Mul", "Reshape"]
+    assert last.model.graph.input[1] == model.graph.input[0]  # its fixed shape: folded
     feeds = {"X": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
