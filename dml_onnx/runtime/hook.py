@@ -167,6 +167,12 @@ class _Call:
     feeds: tuple[tuple[int, str, np.dtype, np.dtype], ...]
     """Direct inputs: index, graph input, its element type, the element type the kernel gets."""
     fetches: tuple[tuple[str, np.dtype] | None, ...]  # per output: direct graph output, type
+    rounded_inputs: tuple[int, ...]
+    rounded_outputs: tuple[int, ...]
+    """Inputs and outputs the node has as float16 and the PyOp takes and returns as float32:
+    rounded to float16's values here, since onnxruntime drops a Cast to float16 that a Cast
+    back to float32 follows (it casts around its CPU kernels that take no float16, such as
+    Add's): a float16 Add before a node would reach its kernel unrounded."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -180,7 +186,8 @@ def _parse_config(config: bytes) -> _Call:
                  tuple(i for i, present in enumerate(data["inputs"]) if not present),
                  tuple((i, f[0], np.dtype(f[1]), np.dtype(f[2])) for i, f in enumerate(feeds)
                        if f),
-                 tuple(f and (f[0], np.dtype(f[1])) for f in fetches))
+                 tuple(f and (f[0], np.dtype(f[1])) for f in fetches),
+                 tuple(data.get("rounded_inputs", ())), tuple(data.get("rounded_outputs", ())))
 
 
 def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
@@ -241,8 +248,13 @@ def _run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: _Variant)
             if wide and kernel_dtype == _HALF:
                 kernel_dtype = _FLOAT
             inputs[i] = _convert(_feed(given, name, dtype), kernel_dtype)
+    for k in call.rounded_inputs:
+        inputs[k] = _to_half_values(inputs[k])
     result: list[Any] = []
-    for array, dtype, fetch in zip(call.run(inputs), variant.output_dtypes, call.fetches):
+    outputs = list(call.run(inputs))
+    for k in call.rounded_outputs:
+        outputs[k] = _to_half_values(outputs[k])
+    for array, dtype, fetch in zip(outputs, variant.output_dtypes, call.fetches):
         if array is not None and fetch is not None:
             fetched = _state.fetched
             if fetched is None:
@@ -255,6 +267,11 @@ def _run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: _Variant)
         if variant.guarded:
             result += ((array.ndim,), _shape_tensor(array.shape))
     return result
+
+
+def _to_half_values(array: np.ndarray | None) -> np.ndarray | None:
+    """float32 ``array`` rounded to float16's values (still float32)."""
+    return None if array is None else _convert(_convert(np.asarray(array), _HALF), _FLOAT)
 
 
 _EMPTY: dict[np.dtype, np.ndarray] = {np.dtype(t): np.zeros(0, t)

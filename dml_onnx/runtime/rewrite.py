@@ -181,6 +181,14 @@ def _plan_node(node: onnx.NodeProto, elem_types: dict[str, int], direct_inputs: 
                if o.name and o.name in direct_outputs else None for o in planned_outputs]
     config = {"op": definition.name, "node": label, "attributes": attributes,
               "inputs": [bool(n) for n in inputs], "outputs": [bool(n) for n in outputs]}
+    # onnxruntime drops a Cast to float16 that a Cast back to float32 follows: the hook
+    # rounds these values to float16's itself
+    rounded_inputs = [k for k, i in enumerate(planned_inputs) if i.cast
+                      and types[definition.inputs[k].type] in _CAST_TO_FLOAT]
+    rounded_outputs = [k for k, (o, f) in enumerate(zip(planned_outputs, fetches))
+                       if o.name and not f and o.node_type in _CAST_TO_FLOAT]
+    if rounded_inputs or rounded_outputs:
+        config.update(rounded_inputs=rounded_inputs, rounded_outputs=rounded_outputs)
     if any(feeds) or any(fetches):
         config.update(feeds=feeds, fetches=fetches)
     return _NodePlan(definition, label, node.name, runtime_types, tuple(planned_inputs),

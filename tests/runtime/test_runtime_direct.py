@@ -271,3 +271,24 @@ def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
     assert plan.config["feeds"] == [["X", "float16", "float32"], None, None]
     assert [(i.direct, i.cast) for i in plan.inputs] == [(True, False), (False, True),
                                                         (False, False)]
+
+
+def test_float16_between_standard_nodes_is_rounded_as_the_graph_says():
+    """onnxruntime computes a float16 Add in float32 and drops the Cast pair between it and
+    the rewrite's Cast to float32, and likewise after the PyOp: the kernel must see, and its
+    consumers get, float16 values, as the reference computes them."""
+    rng = np.random.default_rng(7)
+    model = _model(
+        [helper.make_node("Add", ["X", "X2"], ["S"]),
+         dml_onnx.lp_pooling("S", "P", window_size=[3, 3], start_padding=[1, 1],
+                             end_padding=[1, 1], name="pool"),
+         helper.make_node("Cast", ["P"], ["P_float"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["P_float", "P_float"], ["Y"])],
+        [_value("X", TensorProto.FLOAT16, [1, 4, 6, 6]),
+         _value("X2", TensorProto.FLOAT16, [1, 4, 6, 6])],
+        [_value("Y", TensorProto.FLOAT)])
+    feeds = {name: rng.standard_normal((1, 4, 6, 6)).astype(np.float16) * 7
+             for name in ("X", "X2")}
+    (want,) = dml_onnx.ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(_plain_session(model).run(None, feeds)[0], want)
+    np.testing.assert_array_equal(dml_onnx.InferenceSession(model).run(None, feeds)[0], want)
