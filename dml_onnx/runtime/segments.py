@@ -38,9 +38,6 @@ from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _stat
 from dml_onnx.runtime.rewrite import _plan_node
 from dml_onnx.runtime.weights import serialized_with_weights
 
-SegmentOptions = Callable[[dict[str, np.ndarray]], ort.SessionOptions]
-"""Session options for one segment, given the weights it takes as external initializers."""
-
 
 @dataclass(frozen=True)
 class Segment:
@@ -247,9 +244,10 @@ def _kernel(node: onnx.NodeProto, elem_types: Mapping[str, int]) -> Kernel:
 class SplitRun:
     """The sessions of a model's :func:`split` steps and its runs.
 
-    ``options(weights)`` gives each segment's session options; with ``weights=None`` segments
-    take their weights inside the serialized model (the caller's options, which would keep
-    external initializers after us), else as external initializers from ``weights``.
+    ``weights`` are the values of the model's stubs. With the caller's ``options`` (which
+    would keep external initializers after us) each segment takes its weights inside its
+    serialized model; without, each segment's session gets options of ``make_options()`` and
+    takes its weights as external initializers.
     """
 
     def __init__(self, model: onnx.ModelProto, steps: list[Segment | Kernel],
