@@ -287,6 +287,8 @@ class SplitRun:
         assert not isinstance(first, Kernel)  # split() puts a segment first
         self.first = first[1]
         self.inputs = [_node_arg(v) for v in model.graph.input]
+        self._input_dtypes = {v.name: helper.tensor_dtype_to_np_dtype(
+            v.type.tensor_type.elem_type) for v in model.graph.input}
         self.outputs = [_node_arg(v) for v in model.graph.output]
         self.profile: list[dict] | None = [] if self.first.get_session_options(
             ).enable_profiling else None
@@ -303,8 +305,9 @@ class SplitRun:
             if name not in declared:
                 raise ValueError(f"Invalid output name: {name}")
         started = time.time_ns()
-        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
-                for name, value in input_feed.items()}
+        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(
+            value if isinstance(value, np.ndarray) else  # a list as onnxruntime reads it
+            np.asarray(value, self._input_dtypes.get(name)))) for name, value in input_feed.items()}
         values: dict[str, Any] = {**feed, **self._constants}
         for step in self.steps:
             if isinstance(step, Kernel):

@@ -162,6 +162,10 @@ def test_the_feed_is_checked_before_any_kernel_runs(monkeypatch):
         session.run(None, {**feeds, "bias": np.zeros(2, np.float32)})
     with pytest.raises(ValueError, match="nope"):
         session.run(["nope"], feeds)
+    monkeypatch.undo()
+    as_lists = session.run(None, {"X": feeds["X"].tolist(), "bias": [0.5]})  # as onnxruntime
+    for got, want in zip(as_lists, session.run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_failed_kernel_raises_kernel_error_and_the_session_goes_on():
