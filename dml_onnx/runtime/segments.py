@@ -90,8 +90,8 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
             or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
         return None
-    levels = _levels(graph.node, custom)
     wiring = _Wiring(model, custom, elem_types, ranks)
+    levels = _levels(graph.node, wiring.reads, custom)
     steps: list[Segment | Kernel] = []
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
@@ -117,11 +117,12 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def _levels(nodes: Sequence[onnx.NodeProto], custom: Sequence[bool]) -> list[int]:
+def _levels(nodes: Sequence[onnx.NodeProto], reads: Sequence[set[str]],
+            custom: Sequence[bool]) -> list[int]:
     produced_by: dict[str, int] = {}
     levels: list[int] = []
     for index, node in enumerate(nodes):
-        levels.append(max((levels[p] + custom[p] for p in map(produced_by.get, _reads(node))
+        levels.append(max((levels[p] + custom[p] for p in map(produced_by.get, reads[index])
                            if p is not None), default=0))
         produced_by.update((name, index) for name in node.output if name)
     return levels
@@ -148,8 +149,8 @@ class _Wiring:
         self.producer: dict[str, int] = {}
         self.readers: dict[str, set[int]] = {}
         self.constant: set[int] = set()
-        for index, node in enumerate(graph.node):
-            reads = _reads(node)
+        self.reads = [_reads(node) for node in graph.node]  # by node index
+        for index, (node, reads) in enumerate(zip(graph.node, self.reads)):
             for name in reads:
                 self.readers.setdefault(name, set()).add(index)
             if not custom[index] and not any(True for _ in subgraphs(node)) and (all(
@@ -164,7 +165,7 @@ class _Wiring:
         """``members`` and the constant nodes whose values they read, at any depth."""
         chosen, pending = set(members), list(members)
         while pending:
-            for name in _reads(self.graph.node[pending.pop()]):
+            for name in self.reads[pending.pop()]:
                 source = self.producer.get(name)
                 if source in self.constant and source not in chosen:
                     chosen.add(source)
@@ -188,7 +189,7 @@ class _Wiring:
         inside = set(self._with_constants(members))
         nodes = [graph.node[i] for i in sorted(inside)]
         produced = {name for node in nodes for name in node.output if name}
-        read = set().union(*map(_reads, nodes))
+        read = set().union(*(self.reads[i] for i in inside))
         inputs = [value.name for value in graph.input] if first else []
         inputs += sorted(name for name in read - produced - set(inputs)
                          - self.initializers.keys()
