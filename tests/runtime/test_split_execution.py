@@ -294,3 +294,25 @@ def test_constant_nodes_go_into_every_segment_that_reads_them():
     assert last.model.graph.input[1] == model.graph.input[0]  # its fixed shape: folded
     feeds = {"X": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
+
+
+def test_a_kernels_output_read_by_name_inside_a_later_if_branch():
+    """A subgraph's reads of outer values count as its node's inputs: the If runs in the
+    segment after the kernel, and its branch gets the kernel's array."""
+    then = helper.make_graph([helper.make_node("Neg", ["P"], ["branch"])], "then", [],
+                             [_value("branch")])
+    other = helper.make_graph([helper.make_node("Abs", ["P"], ["branch"])], "other", [],
+                              [_value("branch")])
+    model = dml_onnx.make_model(
+        [helper.make_node("Relu", ["X"], ["R"]),
+         dml_onnx.lp_pooling("R", "P", name="pool", **POOL),
+         helper.make_node("If", ["flag"], ["Y"], then_branch=then, else_branch=other)],
+        [_value("X", FLOAT, [1, 2, 4, 4]), _value("flag", TensorProto.BOOL, [])],
+        [_value("Y")])
+    session = dml_onnx.InferenceSession(model)
+    assert [type(s).__name__ for s in session._split.steps] == ["tuple", "Kernel", "tuple"]
+    x = np.random.default_rng(3).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    for flag in (True, False):
+        feeds = {"X": x, "flag": np.array(flag)}
+        np.testing.assert_array_equal(session.run(None, feeds)[0],
+                                      _one_session(model, feeds)[0])
