@@ -14,7 +14,7 @@ Steps are ordered by level: a node's level is the highest of its producers' leve
 after a ``dml_onnx`` producer; each level runs its standard nodes as one segment, then its
 ``dml_onnx`` nodes. So Faster R-CNN runs as segment, 4 kernels, segment; Mask R-CNN as three
 segments. The first segment declares every graph input, so that onnxruntime checks the whole
-feed before anything runs.
+feed before anything runs (where kernels come first, it is one ``Size`` node).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import nested_graphs, subgraphs, walk_nodes
+from dml_onnx.graphs import nested_graphs, subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
 from dml_onnx.runtime.rewrite import _plan_node
 from dml_onnx.runtime.weights import serialized_with_weights
@@ -74,8 +74,9 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
     execution does not apply or gains nothing: no ``dml_onnx`` node reads or writes a value
     between standard nodes (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s
     direct values), one sits in a subgraph or function, a graph input has an initializer
-    (onnxruntime lets a feed override it), a value between steps is not a tensor of a known
-    element type, or no standard node runs first (it checks the feed)."""
+    (onnxruntime lets a feed override it), or a value between steps is not a tensor of a
+    known element type. Where kernels run first, a first segment of one ``Size`` node checks
+    the feed."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input]
@@ -95,13 +96,12 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
     steps: list[Segment | Kernel] = []
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
-        if members:
-            segment = wiring.segment(members, first=not steps)
+        if members or not steps:
+            segment = wiring.segment(members, first=not steps) if members else \
+                wiring.feed_check()
             if segment is None:
                 return None
             steps.append(segment)
-        elif not steps:
-            return None
         steps += [_kernel(graph.node[i], elem_types)
                   for i, lv in enumerate(levels) if lv == level and custom[i]]
     return steps
@@ -204,23 +204,41 @@ class _Wiring:
         def value(name: str, rank: int | None = None) -> onnx.ValueInfoProto:
             return helper.make_tensor_value_info(
                 name, elem_types[name], None if rank is None else [None] * rank)
-        segment = helper.make_graph(
-            nodes, graph.name,
+        return self._build(
+            nodes,
             [self.declared[name] if name in self.graph_inputs else
              value(name, self.ranks.get(name) if name in self.from_kernels else None)
              for name in inputs],
             [self.declared.get(name) or value(name) for name in outputs],
-            initializer=[self.initializers[name]
-                         for name in sorted(read & self.initializers.keys())])
+            [self.initializers[name] for name in sorted(read & self.initializers.keys())],
+            first)
+
+    def feed_check(self) -> Segment | None:
+        """A first segment for a model whose first nodes are kernels: every graph input and
+        one ``Size`` node, so that onnxruntime checks the whole feed before any kernel runs
+        (``None`` for a model without inputs)."""
+        graph = self.graph
+        if not graph.input:
+            return None
+        size = unused_prefix(graph, "_dml_onnx_feed_check")
+        return self._build([helper.make_node("Size", [graph.input[0].name], [size])],
+                           list(graph.input),
+                           [helper.make_tensor_value_info(size, TensorProto.INT64, [])], [],
+                           first=True)
+
+    def _build(self, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+               outputs: list[onnx.ValueInfoProto], initializers: list[onnx.TensorProto],
+               first: bool) -> Segment:
         result = helper.make_model(
-            segment, ir_version=self.model.ir_version, functions=self.model.functions,
+            helper.make_graph(nodes, self.graph.name, inputs, outputs, initializer=initializers),
+            ir_version=self.model.ir_version, functions=self.model.functions,
             opset_imports=[o for o in self.model.opset_import if o.domain != DOMAIN])
         if first:  # the session's metadata
             for field in ("producer_name", "producer_version", "domain", "model_version",
                           "doc_string"):
                 setattr(result, field, getattr(self.model, field))
             result.metadata_props.extend(self.model.metadata_props)
-        return Segment(result, tuple(inputs), tuple(outputs))
+        return Segment(result, tuple(v.name for v in inputs), tuple(v.name for v in outputs))
 
 
 def _static(value: onnx.ValueInfoProto) -> bool:

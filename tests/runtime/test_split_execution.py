@@ -139,10 +139,6 @@ def test_models_that_gain_nothing_or_cannot_split_keep_one_session(tmp_path):
     only_ends = dml_onnx.make_model([dml_onnx.lp_pooling("X", "Y", **POOL)], [value],
                                     [_value("Y")])
     assert dml_onnx.InferenceSession(only_ends)._split is None
-    first = dml_onnx.make_model(  # no standard node runs first to check the feed
-        [dml_onnx.lp_pooling("X", "P", **POOL), helper.make_node("Relu", ["P"], ["Y"])],
-        [value], [_value("Y")])
-    assert dml_onnx.InferenceSession(first)._split is None
     options = ort.SessionOptions()
     model, feeds = _detector_like()
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
@@ -316,3 +312,23 @@ def test_a_kernels_output_read_by_name_inside_a_later_if_branch():
         feeds = {"X": x, "flag": np.array(flag)}
         np.testing.assert_array_equal(session.run(None, feeds)[0],
                                       _one_session(model, feeds)[0])
+
+
+def test_kernels_that_run_first_get_a_checked_feed():
+    """Where a kernel reads the graph input first, a segment of one Size node checks the
+    feed, and the kernel's output still reaches the next segment without a copy."""
+    model = dml_onnx.make_model(
+        [dml_onnx.lp_pooling("X", "P", name="pool", **POOL),
+         helper.make_node("Relu", ["P"], ["Y"])],
+        [_value("X", FLOAT, [1, 3, 5, 5]), _value("unused", FLOAT, [2])], [_value("Y")])
+    session = dml_onnx.InferenceSession(model)
+    check = session._split.steps[0][0]
+    assert [n.op_type for n in check.model.graph.node] == ["Size"]
+    assert list(check.model.graph.input) == list(model.graph.input)
+    feeds = {"X": np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32),
+             "unused": np.zeros(2, np.float32)}
+    np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
+    for bad in ({"X": feeds["X"]}, {**feeds, "unused": np.zeros(3, np.float32)},
+                {**feeds, "X": feeds["X"].astype(np.float64)}):
+        with pytest.raises(Exception, match="unused|dimensions|data type"):
+            session.run(None, bad)
