@@ -74,9 +74,9 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
     execution does not apply or gains nothing: no ``dml_onnx`` node reads or writes a value
     between standard nodes (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s
     direct values), one sits in a subgraph or function, a graph input has an initializer
-    (onnxruntime lets a feed override it), or a value between steps is not a tensor of a
-    known element type. Where kernels run first, a first segment of one ``Size`` node checks
-    the feed."""
+    (onnxruntime lets a feed override it), the nodes are not in topological order, or a value
+    between steps is not a tensor of a known element type. Where kernels run first, a first
+    segment of one ``Size`` node checks the feed."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input]
@@ -92,6 +92,8 @@ def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
         return None
     wiring = _Wiring(model, custom, elem_types, ranks)
+    if not wiring.sorted:
+        return None
     levels = _levels(graph.node, wiring.reads, custom)
     steps: list[Segment | Kernel] = []
     for level in range(max(levels) + 1):
@@ -150,9 +152,12 @@ class _Wiring:
         self.readers: dict[str, set[int]] = {}
         self.constant: set[int] = set()
         self.reads = [_reads(node) for node in graph.node]  # by node index
+        made = {name for node in graph.node for name in node.output if name}
+        self.sorted = True  # every value made before it is read (onnxruntime sorts otherwise)
         for index, (node, reads) in enumerate(zip(graph.node, self.reads)):
             for name in reads:
                 self.readers.setdefault(name, set()).add(index)
+                self.sorted &= name not in made or name in self.producer
             if not custom[index] and not any(True for _ in subgraphs(node)) and (all(
                     name in self.initializers or self.producer.get(name) in self.constant
                     for name in reads) or _static_shape_of(node, static)):

@@ -139,6 +139,14 @@ def test_models_that_gain_nothing_or_cannot_split_keep_one_session(tmp_path):
     only_ends = dml_onnx.make_model([dml_onnx.lp_pooling("X", "Y", **POOL)], [value],
                                     [_value("Y")])
     assert dml_onnx.InferenceSession(only_ends)._split is None
+    unsorted = dml_onnx.make_model(  # onnxruntime sorts the nodes; one session keeps that
+        [helper.make_node("Relu", ["B"], ["Y"]), helper.make_node("Neg", ["X"], ["A"]),
+         dml_onnx.lp_pooling("A", "B", **POOL)], [value], [_value("Y")])
+    session = dml_onnx.InferenceSession(unsorted)
+    assert session._split is None
+    x = np.ones((1, 3, 5, 5), np.float32)
+    np.testing.assert_array_equal(session.run(None, {"X": x})[0],
+                                  _one_session(unsorted, {"X": x})[0])
     options = ort.SessionOptions()
     model, feeds = _detector_like()
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
