@@ -70,13 +70,13 @@ class NodeArg:
 def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[str, int]
           ) -> list[Segment | Kernel] | None:
     """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
-    its values as inferred), or ``None`` where split
-    execution does not apply or gains nothing: no ``dml_onnx`` node reads or writes a value
-    between standard nodes (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s
-    direct values), one sits in a subgraph or function, a graph input has an initializer
-    (onnxruntime lets a feed override it), the nodes are not in topological order, or a value
-    between steps is not a tensor of a known element type. Where kernels run first, a first
-    segment of one ``Size`` node checks the feed."""
+    its values as inferred), or ``None`` where split execution does not apply or gains
+    nothing: no ``dml_onnx`` node reads or writes a value between standard nodes (the PyOps
+    then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct values), one sits in a
+    subgraph or function, a graph input has an initializer (onnxruntime lets a feed override
+    it), the nodes are not in topological order, or a value between steps is not a tensor of
+    a known element type. Where kernels run first, a first segment of one ``Size`` node
+    checks the feed."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input]
