@@ -68,7 +68,7 @@ class NodeArg:
     shape: list[int | str | None]  # [] where unknown
 
 
-def split(model: onnx.ModelProto, elem_types: Mapping[str, int], ranks: Mapping[str, int]
+def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str, int]
           ) -> list[Segment | Kernel] | None:
     """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
     its values as inferred), or ``None`` where split execution does not apply or gains
@@ -258,8 +258,8 @@ def _static_shape_of(node: onnx.NodeProto, static: set[str]) -> bool:
             and len(node.input) == 1 and node.input[0] in static)
 
 
-def _kernel(node: onnx.NodeProto, elem_types: Mapping[str, int]) -> Kernel:
-    plan = _plan_node(node, dict(elem_types), set(node.input) - {""},
+def _kernel(node: onnx.NodeProto, elem_types: dict[str, int]) -> Kernel:
+    plan = _plan_node(node, elem_types, set(node.input) - {""},
                       set(node.output) - {""})
     variant = _Variant(plan.definition, tuple(
         np.dtype(helper.tensor_dtype_to_np_dtype(o.runtime_type)) for o in plan.outputs), False)
@@ -315,6 +315,7 @@ class SplitRun:
         self._input_dtypes = {v.name: helper.tensor_dtype_to_np_dtype(
             v.type.tensor_type.elem_type) for v in model.graph.input}
         self.outputs = [_node_arg(v) for v in model.graph.output]
+        self._output_names = {arg.name for arg in self.outputs}
         self.profile: list[dict] | None = [] if self.first.get_session_options(
             ).enable_profiling else None
         self.start_ns = self.first.get_profiling_start_time_ns()
@@ -325,9 +326,8 @@ class SplitRun:
 
     def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any],
             run_options: ort.RunOptions | None) -> list[np.ndarray]:
-        declared = {arg.name for arg in self.outputs}
         for name in output_names:
-            if name not in declared:
+            if name not in self._output_names:
                 raise ValueError(f"Invalid output name: {name}")
         started = time.time_ns()
         feed = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(

@@ -65,7 +65,7 @@ class InferenceSession:
             else split(model, elem_types, ranks)  # one session writes one optimized model
         arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
                          provider_options=provider_options, **kwargs)
-        self._threads = sess_options.intra_op_num_threads if sess_options else 0  # 0: all cores
+        self._threads = 0 if sess_options is None else sess_options.intra_op_num_threads  # 0: all
         self._split: SplitRun | None = None
         if steps is not None:
             if sess_options is not None:
