@@ -17,8 +17,9 @@ holds its kernel calls as nodes too), the node time per run summed per op type f
 that take the most time, after two warm-up runs.
 
 With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
-as ``python -m benchmarks.run`` does. Writes ``models.md`` to ``--results`` (default:
-``benchmarks/results``). Needs the ``torch`` extra.
+as ``python -m benchmarks.run`` does. The models are exported in other child processes, so
+that no measuring process imports torch (:func:`export_all`). Writes ``models.md`` to
+``--results`` (default: ``benchmarks/results``). Needs the ``torch`` extra.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import functools
 import gc
 import io
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -225,16 +227,47 @@ def cases(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
     return chosen
 
 
-def run_here(args: argparse.Namespace, cores: int) -> list[Result]:
+def export_all(args: argparse.Namespace, folder: Path) -> None:
+    """Each chosen case's stock file and image into ``folder`` (``<k>.npz``, or ``<k>.error``
+    with the exporter's failure), exported in a child process: the measuring processes never
+    import torch. torch loads its own GNU OpenMP, which numba's threads then share with its
+    default spin, set before ``dml_onnx`` could shorten it: each kernel launch left 15 threads
+    spinning for some 10 ms into the next onnxruntime segment on the 16-core server, where a
+    deployment's process, without torch, has them sleep after 10,000 rounds."""
+    context = multiprocessing.get_context("spawn")
+    for k, (label, model, dynamo, threshold) in enumerate(cases(args)):
+        print(f"== exporting {label}", file=sys.stderr, flush=True)
+        child = context.Process(target=_export_to, args=(
+            folder / str(k), model, dynamo, args.size, args.proposals, threshold))
+        child.start()
+        child.join()
+        if child.exitcode and not (folder / f"{k}.error").exists():
+            (folder / f"{k}.error").write_text(f"the exporting process ended ({child.exitcode})")
+
+
+def _export_to(path: Path, model: str, dynamo: bool, size: int, proposals: int,
+               threshold: float) -> None:
+    try:
+        stock, image = export(model, dynamo, size, proposals, threshold)
+    except Exception as error:  # an exporter that cannot take the model: say so
+        path.with_suffix(".error").write_text(
+            f"export failed: {type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        return
+    np.savez(path.with_suffix(".npz"), stock=np.frombuffer(stock, np.uint8), image=image)
+
+
+def run_here(args: argparse.Namespace, cores: int, folder: Path) -> list[Result]:
+    """Each chosen case measured at ``cores`` threads, read from ``folder``
+    (:func:`export_all`)."""
     results = []
-    for label, model, dynamo, threshold in cases(args):
+    for k, (label, *_) in enumerate(cases(args)):
         print(f"== {label} at {cores} core(s)", file=sys.stderr, flush=True)
-        try:
-            stock, image = export(model, dynamo, args.size, args.proposals, threshold)
-        except Exception as error:  # an exporter that cannot take the model: say so
-            results.append(Result(label, cores, error=f"export failed: {type(error).__name__}: "
-                                                      f"{str(error).splitlines()[0][:160]}"))
+        failure = folder / f"{k}.error"
+        if failure.exists():
+            results.append(Result(label, cores, error=failure.read_text()))
             continue
+        with np.load(folder / f"{k}.npz") as saved:
+            stock, image = saved["stock"].tobytes(), saved["image"]
         results.append(measure(label, stock, image, cores, args.repeat))
         results[-1].model = label
     return results
@@ -301,17 +334,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help="where models.md goes")
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.cores:
-        common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
-                  str(args.proposals), "--only", args.only]
-        results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
-                   for r in run_pinned(cores, "benchmarks.models", common, Result)]
-    else:
-        results = run_here(args, args.threads)
-        if args.json:
-            args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
-            return
+    if args.exports:  # a pinned child of the run below
+        results = run_here(args, args.threads, args.exports)
+        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        export_all(args, Path(folder))
+        if args.cores:
+            common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
+                      str(args.proposals), "--only", args.only, "--exports", folder]
+            results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
+                       for r in run_pinned(cores, "benchmarks.models", common, Result)]
+        else:
+            results = run_here(args, args.threads, Path(folder))
     text = markdown(results, args)
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)

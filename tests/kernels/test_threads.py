@@ -129,6 +129,27 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
     assert os.environ.get("GOMP_SPINCOUNT") == want
 
 
+@pytest.mark.parametrize("limit", [0, 5])
+def test_every_launch_uses_the_whole_team_however_few_groups(limit, monkeypatch):
+    """GNU OpenMP ends the threads a smaller team leaves out and starts them again for the
+    next larger one: the team is every thread a call may use, whatever its group count."""
+    import numba
+    teams = []
+    monkeypatch.setattr(_threads, "THREADS", 8)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
+    monkeypatch.setattr(numba, "set_num_threads", teams.append)
+    monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
+    launched = []
+    token = _threads.thread_limit.set(limit)
+    try:
+        for groups in (2, 3, 8):
+            assert _threads.run_compiled(groups, lambda g=groups: launched.append(g))
+    finally:
+        _threads.thread_limit.reset(token)
+    assert teams == [limit or 8] * 3
+    assert launched == [2, 3, 8]
+
+
 def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
                              ) -> tuple[str, str | None, str | None]:
     """Run ``code`` in a fresh interpreter whose environment has the user's OpenMP setting
