@@ -11,7 +11,8 @@ or torchvision's default 0.05) is exported by each of torch's exporters (the Tor
 runs in a plain ``onnxruntime.InferenceSession``; :func:`dml_onnx.raising.raise_model` turns its
 ``RoiAlign`` nodes into ``RoiAlign1``, which runs in ``dml_onnx.InferenceSession``. Both get the
 same session options (``intra_op_num_threads`` = the cores). The script checks that the outputs
-agree, then prints per model the median of ``--repeat`` whole runs of each, and, from
+agree, then prints per model the median of ``--repeat`` whole runs of each in each of three
+alternating rounds (a new session each), and, from
 onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session's trace
 holds its kernel calls as nodes too), the node time per run summed per op type for the types
 that take the most time, after two warm-up runs.
@@ -133,13 +134,13 @@ def _options(cores: int, profile: str = "") -> ort.SessionOptions:
     return options
 
 
-def _median_ms(run: Callable[[], object], repeat: int) -> float:
+def _times_ms(run: Callable[[], object], repeat: int) -> list[float]:
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
         run()
-        samples.append(time.perf_counter() - start)
-    return 1000 * statistics.median(samples)
+        samples.append(1000 * (time.perf_counter() - start))
+    return samples
 
 
 def node_times(make: Callable[[ort.SessionOptions], _Session], feeds: dict, cores: int,
@@ -187,7 +188,9 @@ def _agree(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
 def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int) -> Result:
     """Stock against raised at ``cores`` threads (this process's affinity decides the CPUs).
     Each side runs alone: its sessions are gone, and their idle threads with them, before the
-    other side starts (a plain session's spinning threads slow whatever runs next)."""
+    other side starts (a plain session's spinning threads slow whatever runs next). The whole
+    runs are timed in :data:`ROUNDS` alternating rounds, a new session each, so that a drift of
+    the machine's speed does not fall on one side."""
     result = Result(name, cores)
     raised = raise_model(onnx.load_from_string(stock))
     result.raised_count = len(raised.raised)
@@ -199,21 +202,33 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
         return dml_onnx.InferenceSession(raised.model, options)
 
-    def side(make: Callable[[ort.SessionOptions], _Session]) -> tuple[list, float, dict]:
-        session = make(_options(cores))
-        outputs = session.run(None, feeds)
-        whole = _median_ms(functools.partial(session.run, None, feeds), repeat)
-        del session
+    outputs: dict[str, list] = {}
+    samples: dict[str, list[float]] = defaultdict(list)
+    for _ in range(ROUNDS):
+        for side, make in (("stock", plain), ("raised", ours)):
+            session = make(_options(cores))
+            outputs[side] = session.run(None, feeds)
+            samples[side] += _times_ms(functools.partial(session.run, None, feeds), repeat)
+            del session
+            _settle()
+    result.stock_ms, result.raised_ms = (statistics.median(samples[s]) for s in samples)
+    for side, make in (("stock", plain), ("raised", ours)):
         with tempfile.TemporaryDirectory() as folder:
             nodes = node_times(make, feeds, cores, max(repeat // 2, 2), folder)
-        gc.collect()
-        time.sleep(0.3)
-        return outputs, whole, nodes
-
-    want, result.stock_ms, result.stock_nodes = side(plain)
-    got, result.raised_ms, result.raised_nodes = side(ours)
-    result.agrees = _agree(got, want)
+        setattr(result, f"{side}_nodes", nodes)
+        _settle()
+    result.agrees = _agree(outputs["raised"], outputs["stock"])
     return result
+
+
+ROUNDS = 3
+"""Alternating rounds of whole runs per side (:func:`measure`)."""
+
+
+def _settle() -> None:
+    """Let a closed session's threads and memory go before the next one starts."""
+    gc.collect()
+    time.sleep(0.3)
 
 
 def cases(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
@@ -316,7 +331,8 @@ def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
     cpu = platform.processor() or platform.machine()
     return (f"# Detectors: stock against raised\n\n{platform.machine()}, {os.cpu_count()} cores"
             f" ({cpu}); onnxruntime {ort.__version__}; image {args.size}x{args.size}, "
-            f"{args.proposals} proposals, median of {args.repeat} runs. At k cores every "
+            f"{args.proposals} proposals, median of {ROUNDS} alternating rounds of {args.repeat} "
+            f"runs. At k cores every "
             f"session has k intra-op threads and the process k CPUs.\n\n{table(results)}\n\n"
             f"Node time per run (onnxruntime's profiler), by op type:\n\n"
             f"{node_table(results)}\n")
