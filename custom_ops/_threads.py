@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import ModuleType
@@ -227,15 +228,48 @@ def short_openmp_spin() -> Iterator[None]:
     """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` for the block, unless the user chose how
     OpenMP threads wait; then remove it. GNU OpenMP reads it once, as the library loads: wrap
     the first import or call that loads it (numba's threading layer; torch's own OpenMP,
-    which numba then shares, loads when onnxruntime-extensions imports torch)."""
+    which numba then shares, loads when onnxruntime-extensions imports torch). Where the
+    process loaded GNU OpenMP before the first such block (torch imported first), the setting
+    comes too late: :func:`warn_if_openmp_spins` says so, once."""
     chosen = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys()
     if not chosen:
+        warn_if_openmp_spins()
         os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
     try:
         yield
     finally:
         if not chosen:
             os.environ.pop("GOMP_SPINCOUNT", None)
+
+
+_spin_checked = False  # whether the process's first short_openmp_spin looked
+
+
+def warn_if_openmp_spins(maps: str = "/proc/self/maps") -> None:
+    """On the first call in the process: a ``RuntimeWarning`` where GNU OpenMP is loaded
+    already, so that it spins as long as it does by default after every parallel launch
+    (numba shares the loaded library). Reads the process's memory map (Linux; elsewhere
+    nothing is said)."""
+    global _spin_checked
+    if _spin_checked:
+        return
+    _spin_checked = True
+    try:
+        with open(maps) as mapped:
+            loaded = any("libgomp" in line for line in mapped)
+    except OSError:
+        return
+    if not loaded:
+        return
+    # filters that make warnings errors must not fail a kernel for a hint
+    with contextlib.suppress(Warning):
+        warnings.warn(
+            "custom_ops: GNU OpenMP (libgomp) was loaded before dml_onnx's kernels could "
+            "shorten its spin (torch loads it as it is imported): after every parallel "
+            "kernel its idle threads spin for milliseconds on the cores the next onnxruntime "
+            "node needs (15 threads for about 10 ms per launch on a 16-core server). Set "
+            f"GOMP_SPINCOUNT={SPIN_COUNT} (or OMP_WAIT_POLICY=passive) in the environment "
+            "before Python starts", RuntimeWarning, stacklevel=4)
 
 
 def run_compiled(threads: int, launch: Callable[[], None]) -> bool:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +149,59 @@ def test_every_launch_uses_the_whole_team_however_few_groups(limit, monkeypatch)
         _threads.thread_limit.reset(token)
     assert teams == [limit or 8] * 3
     assert launched == [2, 3, 8]
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_spinning_openmp_loaded_before_us_is_named_once(mapped, tmp_path, monkeypatch):
+    """Where GNU OpenMP is in the process's memory map before the first short-spin block (torch
+    imported first), GOMP_SPINCOUNT comes too late: one RuntimeWarning says what to set."""
+    maps = tmp_path / "maps"
+    library = "7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
+    maps.write_text("5600-5601 r--p 0 08:01 2 /usr/bin/python3\n" + (library if mapped else ""))
+    monkeypatch.setattr(_threads, "_spin_checked", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _threads.warn_if_openmp_spins(str(maps))
+        _threads.warn_if_openmp_spins(str(maps))
+    messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert len(messages) == mapped
+    if mapped:
+        assert "GOMP_SPINCOUNT=10000" in messages[0] and "libgomp" in messages[0]
+
+
+def test_the_spin_hint_never_fails_a_kernel_under_error_filters(tmp_path, monkeypatch):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /opt/torch/lib/libgomp.so.1\n")
+    monkeypatch.setattr(_threads, "_spin_checked", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _threads.warn_if_openmp_spins(str(maps))  # no exception
+
+
+@pytest.mark.parametrize("preload", [True, False])
+def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(preload):
+    """End to end, in a fresh interpreter: GNU OpenMP loaded first (as torch's import does)
+    gives the hint at the first compiled kernel, once; loaded by our kernels, none."""
+    code = textwrap.dedent(f"""
+        import ctypes, ctypes.util, warnings
+        import numpy as np
+        if {preload}:
+            ctypes.CDLL(ctypes.util.find_library("gomp"))
+        warnings.simplefilter("always")
+        from custom_ops.lp_pooling import lp_pooling
+        X = np.ones((4, 64, 64, 64), np.float32)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
+                           end_padding=[0, 0], dilations=[1, 1], p=2)
+        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught))
+        """)
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1" if preload else "0"]
 
 
 def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
