@@ -3,7 +3,9 @@
 Compiled by :data:`custom_ops._jit.jit`. Conventions:
 
 - ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
-  for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``.
+  for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``,
+  or ``Y`` for a float16 image as float16 bits (uint16), each value rounded once as it is
+  written (:func:`~custom_ops._half_float_loops.narrowed`).
   :func:`forward_planar` reads ``X [N, C, H, W]`` where it lies: in ``ct``, or float16 as its
   uint16 bits (:func:`_value`).
 - ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``,
@@ -29,6 +31,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
+from custom_ops._half_float_loops import narrowed
 from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
 
@@ -36,7 +39,10 @@ from custom_ops._jit import jit, parallel_jit
 def _value(x):
     """A value of an image as the loops compute with it (compiled through
     :func:`_value_of`): uint16 is float16's bits, read as float32 through
-    :data:`~custom_ops._halves.HALF_TABLE` (exact); any other value is itself."""
+    :data:`~custom_ops._halves.HALF_TABLE` (exact: one load where the branch-free
+    :func:`~custom_ops._half_float_loops.half_to_float`, inlined here, let LLVM order the
+    operands of a NaN's arithmetic otherwise, which changed the sign of NaN outputs); any
+    other value is itself."""
     return x
 
 
@@ -242,7 +248,8 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
                                 if v > acc[c]:
                                     acc[c] = v
                 for c in range(channels):
-                    Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
+                    value = acc[c] / count if average else acc[c]
+                    Y[r, c, oy, ox] = narrowed(Y, value)
 
 
 @jit
@@ -308,7 +315,8 @@ def forward_planar(X, batch, first, size, n, regions, settings, align, linear, a
                                 if v > acc[c]:
                                     acc[c] = v
                 for c in range(channels):
-                    Y[r, c, oy, ox] = acc[c] / count if average else acc[c]
+                    value = acc[c] / count if average else acc[c]
+                    Y[r, c, oy, ox] = narrowed(Y, value)
 
 
 @parallel_jit

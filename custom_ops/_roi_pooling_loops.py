@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from custom_ops._half_float_loops import narrowed
 from custom_ops._jit import jit
 
 EXACT = 2.0 ** 40
@@ -66,10 +67,12 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, lowest, Y):
     """``Y[r] [C, PH, PW]`` for every region ``r`` in ``regions``: per bin, the maximum over
     rows ``hs[r, i]:he[r, i]`` and columns ``ws[r, j]:we[r, j]`` of the channels-last image
     ``Xt[batch[r]] [H, W, C]``, starting at ``lowest`` (the output type's lowest finite value)
-    and ignoring NaN; 0 for an empty bin."""
+    and ignoring NaN; 0 for an empty bin. ``Y`` is in ``Xt``'s type, or float16 bits (uint16)
+    for a float32 ``Xt`` of float16 values (each maximum, a float16 value, written exactly by
+    :func:`~custom_ops._half_float_loops.narrowed`)."""
     channels = Xt.shape[3]
     _, _, ph, pw = Y.shape
-    acc = np.empty(channels, Y.dtype)
+    acc = np.empty(channels, Xt.dtype)
     for r in regions:
         b = batch[r]
         for i in range(ph):
@@ -86,7 +89,7 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, lowest, Y):
                             if v > acc[c]:  # False for NaN
                                 acc[c] = v
                 for c in range(channels):
-                    Y[r, c, i, j] = acc[c]
+                    Y[r, c, i, j] = narrowed(Y, acc[c])
 
 
 @jit

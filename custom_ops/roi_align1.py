@@ -22,10 +22,11 @@ Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions spli
 threads, over a channels-last copy of X where the samples read at least as many values as X
 holds, else over X where it lies (float16 as its bits, each value read as float32 through a
 table), every channel at a plane's stride (a detector's finest FPN level with few regions: no
-copy of the map, nor a float32 one of a float16 map); a call on a small image plans and runs
-in one compiled call. :func:`prepare` checks a node's attributes once; :func:`roi_align1` is
-the one-shot call. Limits: ``SAMPLE_LIMIT`` samples per region and axis, and the work limit
-on ``samples x channels``.
+copy of the map, nor a float32 one of a float16 map); a float16 Y is written as its bits, each
+value rounded as it is stored (no float32 Y, nor a pass to convert it); a call on a small
+image plans and runs in one compiled call. :func:`prepare` checks a node's attributes once;
+:func:`roi_align1` is the one-shot call. Limits: ``SAMPLE_LIMIT`` samples per region and
+axis, and the work limit on ``samples x channels``.
 """
 
 from __future__ import annotations
@@ -107,11 +108,12 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                   batch_indices.dtype), lambda: _check_inputs(node, X, rois, batch_indices))
     boxes, indices = region_arrays(rois, batch_indices)
     dtype = compute_dtype(X.dtype)
-    Y = np.empty((len(indices), X.shape[1], *size), dtype)
+    Y = np.empty((len(indices), X.shape[1], *size), X.dtype)
     if Y.size == 0:
         check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
-        return Y.astype(X.dtype)
+        return Y
     loops = compiled("_roi_loops")
+    out = Y.view(np.uint16) if X.dtype == np.float16 else Y  # float16: rounded as written
 
     flags = sampling.align_corners, sampling.linear, sampling.average
     if X.size <= SMALL_IMAGE:  # plan and run in one compiled call where the work is small
@@ -119,8 +121,8 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
         if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
                                np.ascontiguousarray(indices, np.int64), sampling.scales,
                                sampling.minimum, sampling.maximum, SAMPLE_LIMIT,
-                               serial_work(), settings[X.dtype], *flags, Y):
-            return converted(Y, X.dtype)
+                               serial_work(), settings[X.dtype], *flags, out):
+            return Y
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
     planar = plan.work < X.size  # few samples against a large image: read it where it lies
     if planar:  # (float16 as its bits)
@@ -129,10 +131,11 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
         image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
     arguments = plan.batch, plan.first, plan.size, plan.n
     run_interleaved(len(indices), plan.work,
-                    lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags, Y),
+                    lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags,
+                                         out),
                     lambda groups: loops.forward_groups(planar, groups, image, *arguments,
-                                                        settings[X.dtype], *flags, Y))
-    return converted(Y, X.dtype)
+                                                        settings[X.dtype], *flags, out))
+    return Y
 
 
 def _planes(X: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -49,7 +49,6 @@ from custom_ops._threads import (
     LayoutMemo,
     channels_last,
     compiled,
-    converted,
     interleaved,
     run_parallel,
     serial_work,
@@ -166,18 +165,19 @@ def _run(node: str, pooled: tuple[int, int], spatial_scale: float, layout: Layou
     rows = rois if rois.ndim == 2 else rois.reshape(-1, 5)
     n, c, h, w = X.shape
     ctype = compute_dtype(X.dtype)
-    Y = np.empty((rows.shape[0], c, *pooled), ctype)
+    Y = np.empty((rows.shape[0], c, *pooled), X.dtype)
+    out = Y.view(np.uint16) if X.dtype == np.float16 else Y  # float16: written as its bits
     if Y.size and h and w:
         loops = compiled("_roi_pooling_loops")
         Xt = channels_last(X, ctype)
         if loops.small_pool(Xt, np.ascontiguousarray(rows, ctype), ctype.type(spatial_scale),
-                            serial_work(), lowest(X.dtype), Y):
-            return converted(Y, X.dtype)
+                            serial_work(), lowest(X.dtype), out):
+            return Y
     geometry, pixels = _geometry(node, rows, n, h, w, *pooled, spatial_scale)
     if Y.size == 0 or h == 0 or w == 0:
         return np.zeros(Y.shape, X.dtype)
-    _pool(Xt, geometry, pixels * c, lowest(X.dtype), Y)
-    return converted(Y, X.dtype)
+    _pool(Xt, geometry, pixels * c, lowest(X.dtype), out)
+    return Y
 
 
 def roi_pooling_argmax(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],
@@ -261,9 +261,9 @@ def _bins(lo: np.ndarray, hi: np.ndarray, pooled: int, limit: int) -> tuple[np.n
 
 def _pool(Xt: np.ndarray, geometry: tuple[np.ndarray, ...], work: float, start: np.floating,
           Y: np.ndarray) -> None:
-    """The bin maxima into ``Y [R, C, PH, PW]`` (the compute type) by the compiled loop over
-    the channels-last ``Xt`` (each pixel's ``C`` values contiguous), regions split over
-    threads; ``work``: the values the bins read; ``start``: ``lowest(T)``."""
+    """The bin maxima into ``Y [R, C, PH, PW]`` (``Xt``'s type, or float16 bits) by the
+    compiled loop over the channels-last ``Xt`` (each pixel's ``C`` values contiguous), regions
+    split over threads; ``work``: the values the bins read; ``start``: ``lowest(T)``."""
     loops = compiled("_roi_pooling_loops")
 
     run_parallel([functools.partial(loops.pool_regions, Xt, *geometry, part, start, Y)

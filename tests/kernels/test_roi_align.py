@@ -304,8 +304,8 @@ def test_plane_by_plane_loop_reads_float16_bits_as_float32(attrs):
 @pytest.mark.parametrize("threads", [1, 4])
 def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypatch):
     """A large float16 image with few samples takes the plane-by-plane loop on its bits (no
-    converted copy), its regions over 1 or several threads: the float32 computation on the
-    same values, rounded once to float16 as numpy rounds."""
+    converted copy), its regions over 1 or several threads, and writes Y as float16 bits: the
+    float32 computation on the same values, rounded once to float16 as numpy rounds."""
     from custom_ops import _roi_loops as loops
     from custom_ops import _threads, roi_align1
     from custom_ops._roi_grid import check_sampling
@@ -319,13 +319,17 @@ def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypa
     calls = []  # (groups, image) of each call of a loop from Python
     planar, launched = loops.forward_planar, loops.forward_groups
 
+    outputs = []  # the Y each loop writes
+
     def spying_loop(image, *args):
         calls.append((1, image))
+        outputs.append(args[-1])
         return planar(image, *args)
 
     def spying_launch(is_planar, groups, image, *args):
         assert is_planar
         calls.append((groups, image))
+        outputs.append(args[-1])
         return launched(is_planar, groups, image, *args)
     monkeypatch.setattr(loops, "forward_planar", spying_loop)
     monkeypatch.setattr(loops, "forward_groups", spying_launch)
@@ -336,6 +340,8 @@ def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypa
     assert Y.dtype == np.float16
     assert sum(groups for groups, _ in calls) == threads  # a launch, or the pool's groups
     assert all(image.dtype == np.uint16 and np.shares_memory(image, X) for _, image in calls)
+    # Y written as float16 bits where it is returned: no float32 Y, no conversion pass
+    assert all(out.dtype == np.uint16 and np.shares_memory(out, Y) for out in outputs)
     wide = forward(X.astype(np.float32), rois.astype(np.float32), batch, (3, 4), 0.25, **attrs)
     # a maximum of only -inf and NaN samples is lowest(T): float16's own, not float32's
     wide[wide == np.finfo(np.float32).min] = np.finfo(np.float16).min
