@@ -22,6 +22,7 @@ from tests.kernels._roi_align import (
     SEED_BATCH,
     SEED_ROIS,
     SEED_X,
+    backward,
     cases,
     forward,
     random_case,
@@ -298,6 +299,36 @@ def test_plane_by_plane_loop_reads_float16_bits_as_float32(attrs):
                          settings, *flags, planar)
     np.testing.assert_array_equal(last.view(np.uint8), planar.view(np.uint8))
     _check_reached(planar, sampling)
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
+@pytest.mark.parametrize("threads", [1, 4])
+def test_float16_gradients_are_the_float32_computation_rounded_once(attrs, threads,
+                                                                   monkeypatch):
+    """RoiAlignGrad on float16, over 1 or several threads: the float32 computation on the same
+    values, rounded as numpy rounds, float16's extremes in X and dY (NaN, infinities,
+    subnormals, the largest) included."""
+    from custom_ops import _threads
+
+    rng = np.random.default_rng(45)
+    X = _float16_image(rng, (2, 5, 40, 50))
+    corner = rng.uniform(-10, 40, (12, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(5, 30, (12, 2))], 1).astype(np.float16)
+    batch = rng.integers(0, 2, 12)
+    dY = rng.standard_normal((12, 5, 3, 4)).astype(np.float16)
+    dY.reshape(-1)[::7] = np.resize(FLOAT16_EDGES, dY.reshape(-1)[::7].shape)
+    monkeypatch.setattr(_threads, "THREADS", threads)
+    monkeypatch.setattr(_threads, "GRAIN", 256)  # several threads' work even here
+    monkeypatch.setattr(_threads, "POOL_GRAINS", 1)
+    dX, drois = backward(X, dY, rois, batch, **attrs)
+    assert dX.dtype == np.float16 and drois.dtype == np.float16
+    wide_dx, wide_drois = backward(X.astype(np.float32), dY.astype(np.float32),
+                                   rois.astype(np.float32), batch, **attrs)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected_dx, expected_drois = wide_dx.astype(np.float16), wide_drois.astype(np.float16)
+    assert np.isnan(dX).any() and np.isinf(dX).any()  # the extremes reached dX
+    np.testing.assert_array_equal(dX.view(np.uint16), expected_dx.view(np.uint16))
+    np.testing.assert_array_equal(drois.view(np.uint16), expected_drois.view(np.uint16))
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
