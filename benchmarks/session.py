@@ -10,8 +10,9 @@ onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) 
 run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
 with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx must then
 serialize them: external initializers added to the caller's options would outlive the
-session), all in one process; then, each in a fresh process, how far creating the session
-raises the peak resident memory.
+session), all in one process; then, in three alternating rounds of fresh processes, the time
+to create the one session (what a program that creates its session once pays: its memory's
+pages are new) and how far creating it raises the peak resident memory.
 """
 
 from __future__ import annotations
@@ -105,20 +106,29 @@ def main() -> None:
         print("|---|---|---:|---:|")
         for (who, how), seconds in created.items():
             print(f"| {who} | {how} | {seconds * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")
-        peaks = {(who, how): _peak_megabytes(who, how, stock if who == "onnxruntime" else raised)
-                 for who, how in makers}
-        print("\n| session | options | peak memory of creation, MB |\n|---|---|---:|")
+        fresh: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in makers}
+        for _ in range(FRESH_ROUNDS):  # alternating, as above
+            for who, how in makers:
+                fresh[who, how].append(
+                    _fresh(who, how, stock if who == "onnxruntime" else raised))
+        alone = {key: statistics.median(s for s, _ in runs) for key, runs in fresh.items()}
+        peaks = {key: statistics.median(m for _, m in runs) for key, runs in fresh.items()}
+        print("\n| session | options | created in a fresh process, ms | peak memory of "
+              "creation, MB |\n|---|---|---:|---:|")
         for (who, how), megabytes in peaks.items():
-            print(f"| {who} | {how} | {megabytes:.0f} |")
+            print(f"| {who} | {how} | {alone[who, how] * 1e3:.0f} | {megabytes:.0f} |")
     for how in ("no options", "the caller's options"):
         ratio = created["dml_onnx", how] / created["onnxruntime", how]
+        first = alone["dml_onnx", how] / alone["onnxruntime", how]
         memory = peaks["dml_onnx", how] / peaks["onnxruntime", how]
         print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} in time (median of "
-              f"{args.repeat}), {memory:.2f} in peak memory")
+              f"{args.repeat} in one process), {first:.2f} in a fresh process (median of "
+              f"{FRESH_ROUNDS}), {memory:.2f} in peak memory")
 
 
 _PEAK = """
 import sys
+import time
 import onnxruntime as ort
 import dml_onnx
 import dml_onnx.runtime
@@ -132,22 +142,29 @@ def peak():  # kB; ru_maxrss would carry the parent's peak over the exec
 who, how, path = sys.argv[1:]
 options = ort.SessionOptions() if how != "no options" else None
 before = peak()
+start = time.perf_counter()
 if who == "onnxruntime":
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 else:
     session = dml_onnx.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-print((peak() - before) / 1024)
+print(time.perf_counter() - start, (peak() - before) / 1024)
 """
 
 
-def _peak_megabytes(who: str, how: str, path: Path) -> float:
-    """How far creating the session raises the peak resident memory of a fresh process that
-    has imported both packages (Linux's ``VmHWM``)."""
+FRESH_ROUNDS = 3
+"""Fresh processes per session kind (:func:`_fresh`)."""
+
+
+def _fresh(who: str, how: str, path: Path) -> tuple[float, float]:
+    """The seconds that creating the session takes in a fresh process that has imported both
+    packages (the one session a program creates, its memory's pages new), and how far it
+    raises that process's peak resident memory, MB (Linux's ``VmHWM``)."""
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-c", _PEAK, who, how, str(path)], check=True,
                           capture_output=True, text=True)
-    return float(done.stdout.split()[-1])
+    seconds, megabytes = done.stdout.split()[-2:]
+    return float(seconds), float(megabytes)
 
 
 if __name__ == "__main__":

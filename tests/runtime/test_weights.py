@@ -69,6 +69,38 @@ def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_k
     _check_split(model, light, arrays)
 
 
+@pytest.mark.parametrize("threads", ["several", "cannot start"])
+@pytest.mark.parametrize("source", ["path", "bytes"])
+def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
+        threads, source, tmp_path, monkeypatch):
+    """The block fills in pieces over threads (a weight spread over several pieces and
+    threads, pieces ending inside values); where no thread can start (a memory limit), on the
+    calling thread: every array holds exactly its values."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dml_onnx.runtime import weights
+
+    model = _model(_initializers())
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
+    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
+                        raising=False)
+    started = []
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            if threads == "cannot start":
+                raise RuntimeError("can't start new thread")
+            started.append(1)
+            return super().submit(*args, **kwargs)
+
+    monkeypatch.setattr(weights, "ThreadPoolExecutor", Pool)
+    light, arrays = load_without_weights(path if source == "path" else path.read_bytes())
+    assert len(started) == (4 if threads == "several" else 0)
+    _check_split(model, light, arrays)
+
+
 def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
     model = _model([_tensor("outside", RNG.standard_normal(BIG).astype(np.float32)),
                     _tensor("inside", RNG.standard_normal(BIG).astype(np.float32))])
