@@ -248,15 +248,17 @@ _spin_checked = False  # whether the process's first short_openmp_spin looked
 def warn_if_openmp_spins(maps: str = "/proc/self/maps") -> None:
     """On the first call in the process: a ``RuntimeWarning`` where GNU OpenMP is loaded
     already, so that it spins as long as it does by default after every parallel launch
-    (numba shares the loaded library). Reads the process's memory map (Linux; elsewhere
-    nothing is said)."""
+    (numba shares the loaded library, found by its soname ``libgomp.so.1``; a wheel's renamed
+    copy, ``libgomp-<hash>.so.1``, it does not share). Reads the process's memory map (Linux;
+    elsewhere nothing is said)."""
     global _spin_checked
     if _spin_checked:
         return
     _spin_checked = True
     try:
-        with open(maps) as mapped:
-            loaded = any("libgomp" in line for line in mapped)
+        with open(maps) as mapped:  # a renamed copy (libgomp-<hash>.so.1) is not shared
+            loaded = any(os.path.basename(line.split()[-1]).startswith("libgomp.so")
+                         for line in mapped if "libgomp" in line)
     except OSError:
         return
     if not loaded:
