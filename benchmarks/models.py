@@ -211,7 +211,8 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
             samples[side] += _times_ms(functools.partial(session.run, None, feeds), repeat)
             del session
             _settle()
-    result.stock_ms, result.raised_ms = (statistics.median(samples[s]) for s in samples)
+    result.stock_ms, result.raised_ms = (statistics.median(samples[side])
+                                         for side in ("stock", "raised"))
     for side, make in (("stock", plain), ("raised", ours)):
         with tempfile.TemporaryDirectory() as folder:
             nodes = node_times(make, feeds, cores, max(repeat // 2, 2), folder)
