@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from custom_ops._half_float_loops import narrowed, widened
+from custom_ops._half_float_loops import narrowed, summand
 from custom_ops._jit import jit, parallel_jit
 
 
 @jit
 def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
     """``y = Fold(x)``: ``x [taps, L]``, its values added as
-    :func:`~custom_ops._half_float_loops.widened` reads them (float16 bits into a float32 ``y``),
+    :func:`~custom_ops._half_float_loops.summand` reads them (float16 bits into a float32 ``y``),
     into ``y [prod(output)]`` flat, row-major with ``pitch[d] = prod(output[d + 1:])``;
     ``lead_index``: a scratch of ``max(k - 2, 0)`` integers.
 
@@ -62,10 +62,10 @@ def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
                     source = (group * rows + row) * last_blocks + lo
                     if last_stride == 1:
                         for i in range(hi - lo):
-                            y[np.uint64(start + i)] += widened(y, line[np.uint64(source + i)])
+                            y[np.uint64(start + i)] += summand(y, line[np.uint64(source + i)])
                     else:
                         for i in range(hi - lo):
-                            y[np.uint64(start + i * last_stride)] += widened(
+                            y[np.uint64(start + i * last_stride)] += summand(
                                 y, line[np.uint64(source + i)])
             d = k - 3  # the next group: row-major over the leading axes, no division
             while d >= 0:

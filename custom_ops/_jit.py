@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.abc
 import os
 import signal
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, TypedDict, Unpack
@@ -178,9 +180,60 @@ for _kind in ("numba:compiler_lock", "numba:llvm_lock"):  # the second is also t
 jit = _compiler()
 parallel_jit = _compiler(parallel=True)
 
-# numba finishes setting itself up (type registries, extension entry points) on its first
-# compilation or cache load; an interrupt in the middle of that breaks it for the process
-# ("duplicate registration"). Done here, it is part of the import, which runs on a helper
-# thread that signals do not interrupt (custom_ops._threads.compiled).
-cpu_target.typing_context.refresh()
-cpu_target.target_context.refresh()
+class _LaterBlasProbe:
+    """numba's ``numba.np.arraymath._HAVE_BLAS`` (whether ``np.convolve`` and its kind may call
+    BLAS), found by numba's own probe the first time numba reads it."""
+
+    def __init__(self, probe: Callable[[], bool]) -> None:
+        self._probe = probe
+        self._found: bool | None = None
+
+    def __bool__(self) -> bool:
+        if self._found is None:
+            self._found = bool(self._probe())
+        return self._found
+
+
+class _DeferBlasProbe(importlib.abc.MetaPathFinder):
+    """Refuses ``scipy.linalg`` to numba's BLAS probe (``_check_blas`` of
+    ``numba.np.arraymath``) on one thread, so that the probe's answer can wait for its first
+    use (:class:`_LaterBlasProbe`): numba runs it on importing that module, and SciPy's
+    linear algebra took 0.15 s of a cold start on a 16-core server (0.1 s of 0.64 s on a
+    2-core machine). Other imports, and other threads, go on as usual."""
+
+    def __init__(self) -> None:
+        self.thread, self.refused = threading.get_ident(), False
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name != "scipy.linalg" or threading.get_ident() != self.thread:
+            return None
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if (frame.f_code.co_name == "_check_blas"
+                    and frame.f_globals.get("__name__") == "numba.np.arraymath"):
+                self.refused = True
+                raise ModuleNotFoundError("numba's BLAS probe waits for its first use")
+            frame = frame.f_back
+        return None
+
+
+def _set_up_numba() -> None:
+    """Finish setting numba up (type registries, extension entry points), with its BLAS
+    probe left for its first use (:class:`_DeferBlasProbe`). numba does this on its first
+    compilation or cache load, where an interrupt in the middle breaks it for the process
+    ("duplicate registration"); done here, it is part of this module's import, which runs on
+    a helper thread that signals do not interrupt (custom_ops._threads.compiled)."""
+    finder = _DeferBlasProbe()
+    sys.meta_path.insert(0, finder)
+    try:
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    finally:
+        sys.meta_path.remove(finder)
+    arraymath = sys.modules.get("numba.np.arraymath")
+    if (finder.refused and getattr(arraymath, "_HAVE_BLAS", None) is False
+            and callable(getattr(arraymath, "_check_blas", None))):
+        arraymath._HAVE_BLAS = _LaterBlasProbe(arraymath._check_blas)  # type: ignore[union-attr]
+
+
+_set_up_numba()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from numba import prange, types
 from numba.extending import overload
 
-from custom_ops._half_float_loops import float_to_half
+from custom_ops._half_float_loops import float_to_half, half_to_float
 from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
 
@@ -26,12 +26,12 @@ def halves_from_floats(bits, out, start, stop):
 
 
 @jit
-def floats_from_halves(bits, table, out, start, stop):
-    """``out[i] = table[bits[i]]`` for ``i`` in ``start:stop``: float16 bits to float32 through
-    :data:`HALF_TABLE` (256 kB, read from the cache)."""
+def floats_from_halves(bits, out, start, stop):
+    """``out[i]`` = the float32 value of the float16 whose bits are ``bits[i]``
+    (:func:`half_to_float`), for ``i`` in ``start:stop``."""
     source, target = bits[start:stop], out[start:stop]
-    for i in range(source.size):
-        target[i] = table[source[i]]
+    for i in range(source.size):  # indices from 0: no wraparound check, so it vectorises
+        target[i] = half_to_float(source[i])
 
 
 @parallel_jit
@@ -42,10 +42,10 @@ def halves_from_floats_bands(cuts, bits, out):
 
 
 @parallel_jit
-def floats_from_halves_bands(cuts, bits, table, out):
+def floats_from_halves_bands(cuts, bits, out):
     """:func:`floats_from_halves` on the runs ``cuts[g]:cuts[g + 1]``, one thread each."""
     for g in prange(cuts.size - 1):
-        floats_from_halves(bits, table, out, cuts[g], cuts[g + 1])
+        floats_from_halves(bits, out, cuts[g], cuts[g + 1])
 
 
 def _value(x):
@@ -101,13 +101,12 @@ def _compile_every_signature() -> None:
             planes = types.Array(source, 3, "C", readonly=readonly)
             transpose_rows.compile((planes, out, types.int64, types.int64))
             transpose_bands.compile((types.Array(types.int64, 1, "C"), planes, out))
-    cuts, floats, table = (types.Array(types.int64, 1, "C"), types.Array(types.float32, 1, "C"),
-                           types.Array(types.float32, 1, "C"))
+    cuts, floats = types.Array(types.int64, 1, "C"), types.Array(types.float32, 1, "C")
     for readonly in (False, True):
         halves, words = (types.Array(types.uint16, 1, "C", readonly=readonly),
                          types.Array(types.uint32, 1, "C", readonly=readonly))
-        floats_from_halves.compile((halves, table, floats, types.int64, types.int64))
-        floats_from_halves_bands.compile((cuts, halves, table, floats))
+        floats_from_halves.compile((halves, floats, types.int64, types.int64))
+        floats_from_halves_bands.compile((cuts, halves, floats))
         halves_from_floats.compile((words, types.Array(types.uint16, 1, "C"), types.int64,
                                     types.int64))
         halves_from_floats_bands.compile((cuts, words, types.Array(types.uint16, 1, "C")))

@@ -93,9 +93,9 @@ def _half_loops(source: np.ndarray, target: np.ndarray
     on numba's threads), as :func:`run_bands` takes them."""
     loops = compiled("_layout_loops")
     if source.dtype == np.float16:
-        bits, table = source.view(np.uint16), loops.HALF_TABLE
-        return (lambda start, stop: loops.floats_from_halves(bits, table, target, start, stop),
-                lambda cuts: loops.floats_from_halves_bands(cuts, bits, table, target))
+        bits = source.view(np.uint16)
+        return (lambda start, stop: loops.floats_from_halves(bits, target, start, stop),
+                lambda cuts: loops.floats_from_halves_bands(cuts, bits, target))
     words, halves = source.view(np.uint32), target.view(np.uint16)
     return (lambda start, stop: loops.halves_from_floats(words, halves, start, stop),
             lambda cuts: loops.halves_from_floats_bands(cuts, words, halves))

@@ -302,6 +302,49 @@ def test_the_loops_read_and_write_every_float16_as_numpy_does():
     np.testing.assert_array_equal(integers, bits)
 
 
+_F16C_PROBE = """
+import re
+import numpy as np
+from numba import njit
+from custom_ops._half_float_loops import summand
+
+@njit
+def sums(source, target):
+    for i in range(source.size):
+        target[i] += summand(target, source[i])
+
+got = np.zeros(1 << 16, np.float32)
+sums(np.arange(1 << 16, dtype=np.uint16), got)
+print("vcvtph2ps" in "".join(sums.inspect_asm().values()), got.tobytes().hex())
+"""
+
+
+@pytest.mark.parametrize("f16c", [True, False])
+def test_float16_summands_use_f16c_only_where_the_compiled_code_may(f16c, tmp_path):
+    """``summand`` (what Fold adds float16 bits with) converts with the F16C instruction where
+    numba's CPU features include it, and by integer arithmetic where they do not (LLVM would
+    otherwise call a library function that numba's JIT does not find): either way every one
+    of the 65536 values adds as numpy adds it, NaN payloads and signs included. A fresh
+    interpreter for each, with its own numba cache."""
+    import os
+    import subprocess
+
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features()
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    if features.get("f16c"):  # else this CPU lacks it: both runs fall back
+        features["f16c"] = f16c
+        env["NUMBA_CPU_FEATURES"] = features.flatten()
+    result = subprocess.run([sys.executable, "-c", _F16C_PROBE], env=env, capture_output=True,
+                            text=True, timeout=300, check=True)
+    used, sums = result.stdout.split()
+    assert used == str(f16c and bool(features.get("f16c")))
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    _same_bits(np.frombuffer(bytes.fromhex(sums), np.float32), np.zeros_like(every) + every)
+
+
 def _float32_cases() -> np.ndarray:
     """float32 values around every float16: each finite float16, the midpoints between
     neighbours (ties to even) and one float32 step to either side of both, then random bits

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,57 @@ def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path
         damaged.stderr
     repaired = _child_with(_LP_POOL, NUMBA_CACHE_DIR=cache)
     assert repaired.stdout == want and "cannot be read" not in repaired.stderr
+
+
+_BLAS_PROBE = """
+import sys
+from custom_ops._threads import compiled
+compiled("_layout_loops")  # the kernels' set-up of numba, on its helper thread
+import numba.np.arraymath as arraymath
+before = "scipy.linalg" in sys.modules
+found = bool(arraymath._HAVE_BLAS)
+print(before, found, "scipy.linalg" in sys.modules, found == arraymath._check_blas())
+"""
+
+
+@pytest.mark.parametrize("blas", [True, False])
+def test_numbas_blas_probe_waits_for_numbas_first_use_of_it(blas, tmp_path):
+    """numba probes for BLAS as it sets itself up, by importing SciPy's linear algebra (0.1-0.15
+    s of a cold start): the kernels' set-up leaves the probe for numba's first use of its
+    answer, which is then the probe's own. A SciPy stand-in first on the path, with a linear
+    algebra that imports and one that does not."""
+    stand_in = tmp_path / "scipy"
+    (stand_in / "linalg").mkdir(parents=True)
+    (stand_in / "__init__.py").write_text('__version__ = "1.14.0"\n')
+    (stand_in / "linalg" / "__init__.py").write_text(
+        "" if blas else "raise ImportError('no BLAS here')\n")
+    (stand_in / "linalg" / "cython_blas.py").write_text("")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    done = _child_with(_BLAS_PROBE, PYTHONPATH=path)
+    assert done.stdout.split() == ["False", str(blas), str(blas), "True"]
+
+
+def test_the_deferred_blas_probe_refuses_no_other_import():
+    """The finder refuses ``scipy.linalg`` only to numba's probe on the setting-up thread."""
+    from custom_ops._jit import _DeferBlasProbe
+
+    finder = _DeferBlasProbe()
+
+    def asked_by(module: str, function: str, name: str) -> None:
+        space = {"__name__": module, "finder": finder}
+        exec(f"def {function}(name):\n    return finder.find_spec(name, None)", space)
+        return space[function](name)
+
+    assert asked_by("numba.np.arraymath", "ensure_blas", "scipy.linalg") is None
+    assert asked_by("application", "_check_blas", "scipy.linalg") is None
+    assert asked_by("numba.np.arraymath", "_check_blas", "scipy") is None
+    assert not finder.refused
+    with ThreadPoolExecutor(1) as other:
+        assert other.submit(asked_by, "numba.np.arraymath", "_check_blas",
+                            "scipy.linalg").result() is None
+    with pytest.raises(ModuleNotFoundError, match="BLAS probe"):
+        asked_by("numba.np.arraymath", "_check_blas", "scipy.linalg")
+    assert finder.refused
 
 
 def test_a_loops_cache_goes_stale_when_a_module_it_calls_into_changes(tmp_path):
