@@ -63,8 +63,8 @@ def half_to_float(typingctx, bits):
 def half_operand(typingctx, bits):
     """:func:`half_to_float` for a value that arithmetic takes next, where a signalling NaN
     comes out quiet anyway: one F16C instruction for 8 or 16 values where the compiled code may
-    use that CPU family (Fold's float16 loop on 16 threads of one server: 1.46 ms, 2.51 with
-    :func:`half_to_float`, whose integer work there scaled 3.2x from 1 to 16 threads), else
+    use that CPU family (Fold's float16 row at 16 cores of one server: 0.79 ms, 2.2 ms with
+    :func:`half_to_float`, whose integer work scaled 5.5x from 1 to 16 cores there), else
     :func:`half_to_float` (``NUMBA_CPU_FEATURES`` without ``+f16c``, or a CPU without it:
     LLVM would call a library function that numba's JIT does not find). numba's cache keeps
     the code per CPU name and features."""
