@@ -8,9 +8,9 @@ and raised by :func:`dml_onnx.raising.raise_model` to eight ``RoiAlign1`` nodes.
 are saved; the script prints the median time to create a session from each path (plain
 onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) and its first
 run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
-with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx must then
-serialize them: external initializers added to the caller's options would outlive the
-session), all in one process; then, in three alternating rounds of fresh processes, the time
+with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx then hands
+them over as external-data files in memory, which onnxruntime copies: external initializers
+added to the caller's options would outlive the session), all in one process; then, in three alternating rounds of fresh processes, the time
 to create the one session (what a program that creates its session once pays: its memory's
 pages are new) and how far creating it raises the peak resident memory.
 """

@@ -37,7 +37,7 @@ from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import nested_graphs, subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
 from dml_onnx.runtime.rewrite import _plan_node
-from dml_onnx.runtime.weights import serialized_with_weights
+from dml_onnx.runtime.weights import in_memory_files
 
 
 @dataclass(frozen=True)
@@ -294,8 +294,12 @@ class SplitRun:
                 options.profile_file_prefix = f"{prefix}_segment{len(self.steps)}"
             mine = {t.name: weights[t.name] for t in step.model.graph.initializer
                     if t.name in weights}
-            if options is not None:
-                session_options, serialized = options, serialized_with_weights(step.model, mine)
+            if options is not None:  # onnxruntime copies the weights: none kept here
+                names, buffers = in_memory_files(step.model, mine)
+                if names:
+                    options.add_external_initializers_from_files_in_memory(
+                        names, buffers, [b.size for b in buffers])
+                session_options, serialized = options, step.model.SerializeToString()
             else:
                 session_options, serialized = make_options(), step.model.SerializeToString()
                 values = [ort.OrtValue.ortvalue_from_numpy(array) for array in mine.values()]

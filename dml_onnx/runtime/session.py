@@ -20,7 +20,7 @@ from dml_onnx.runtime.hook import _state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
 from dml_onnx.runtime.rewrite import _runtime_model, checked_types
 from dml_onnx.runtime.segments import SplitRun, split
-from dml_onnx.runtime.weights import load_without_weights, serialized_with_weights
+from dml_onnx.runtime.weights import in_memory_files, load_without_weights
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -48,8 +48,10 @@ class InferenceSession:
     :mod:`dml_onnx.runtime.weights`): they are read once, into arrays the session owns (a
     file's never memory-mapped: after creation the session does not depend on the file),
     which onnxruntime takes as external initializers on options of our own, or, with the
-    caller's options (external initializers added to them would outlive the session), inside
-    the serialized model.
+    caller's options (external initializers added to them would outlive the session and
+    replace a later model's initializers of the same names), as external-data files in memory
+    under random names, which onnxruntime copies while it creates the session
+    (:func:`~dml_onnx.runtime.weights.in_memory_files`).
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | onnx.ModelProto,
@@ -57,7 +59,7 @@ class InferenceSession:
                  providers: Sequence[str | tuple[str, dict]] | None = None,
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
         # the weights as arrays that onnxruntime takes from our own options, or, with the
-        # caller's options (which would keep them after us), inside the serialized model
+        # caller's options (which would keep them after us), copies from files in memory
         model, weights = load_without_weights(path_or_bytes)
         elem_types, ranks = checked_types(model,
                                           strings=isinstance(path_or_bytes, onnx.ModelProto))
@@ -75,11 +77,13 @@ class InferenceSession:
             self._session, self._weights = self._split.first, self._split.weights
             return
         model = _runtime_model(model, mode="direct", strings=False, elem_types=elem_types)
-        if weights and sess_options is not None:
-            serialized, weights = serialized_with_weights(model, weights), {}
-        else:
-            serialized = model.SerializeToString()
         options = sess_options or ort.SessionOptions()
+        if weights and sess_options is not None:  # onnxruntime copies them: none kept here
+            names, buffers = in_memory_files(model, weights)
+            options.add_external_initializers_from_files_in_memory(
+                names, buffers, [b.size for b in buffers])
+            weights = {}
+        serialized = model.SerializeToString()
         if sess_options is None:
             options.log_severity_level = 4  # a failed kernel is reported by run(), not logged
         _register_extensions_library(options)

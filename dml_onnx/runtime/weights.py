@@ -8,13 +8,15 @@ fields of the main graph's initializers are left out before parsing and read int
 (a file's with ``os.pread``, once, never memory-mapped: a session owns its weights, whatever
 happens to the file later); a ModelProto's become arrays too (one copy each). Each sits behind
 a stub (``location`` = ``dml_onnx:<name>``), which onnxruntime takes as an external
-initializer, or which :func:`serialized_with_weights` puts back into the serialized model.
+initializer, or as a file in memory (:func:`in_memory_files`) where the options are the
+caller's.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import secrets
 import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +44,6 @@ _NUMPY_TYPES: dict[int, type[np.generic]] = {
     TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64}
 """Element types whose values onnxruntime takes as a numpy array of this (little-endian) type."""
 
-_ONNX_TYPES = {numpy_type: onnx_type for onnx_type, numpy_type in _NUMPY_TYPES.items()}
 _GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 """Field numbers of ModelProto.graph, GraphProto.initializer and TensorProto.raw_data."""
 _WEIGHT_PATH = (_GRAPH, _INITIALIZER, _RAW_DATA)
@@ -189,27 +190,27 @@ def _stub_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
     return with_initializers(model, stub), arrays
 
 
-def serialized_with_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> bytes:
-    """``model`` serialized with each initializer named in ``arrays`` (a stub) holding those
-    values again: the stubs leave the model, and TensorProtos of the values follow it in a
-    second ``graph`` field, which protobuf's parser merges into the first (each array is
-    copied once, into the result). ``model`` loses its stubs."""
-    kept = [tensor for tensor in model.graph.initializer if tensor.name not in arrays]
-    stubs = [tensor.name for tensor in model.graph.initializer if tensor.name in arrays]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    pieces = [model.SerializeToString()]
-    tensors = []
-    for name in stubs:
-        array = arrays[name]
-        values = array.astype(array.dtype.newbyteorder("<"), copy=False)  # raw_data's order
-        header = TensorProto(name=name, data_type=_ONNX_TYPES[array.dtype.type],
-                             dims=array.shape).SerializeToString()
-        tensor = [header, _field(_RAW_DATA, values.nbytes), values.data.cast("B")]
-        tensors += [_field(_INITIALIZER, sum(len(p) for p in tensor)), *tensor]
-    if tensors:
-        pieces += [_field(_GRAPH, sum(len(p) for p in tensors)), *tensors]
-    return b"".join(pieces)
+def in_memory_files(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
+                    ) -> tuple[list[str], list[np.ndarray]]:
+    """Point each of ``model``'s stubs named in ``arrays`` at an external-data file of its own
+    held in memory, for onnxruntime's
+    ``SessionOptions.add_external_initializers_from_files_in_memory``: the files' names and
+    their bytes (raw_data's little-endian order, the arrays themselves where they are in it).
+    onnxruntime copies the values as it creates the session and keeps no reference to them;
+    the options keep each name, a random one that no later model names."""
+    token = secrets.token_hex(16)
+    names: list[str] = []
+    buffers: list[np.ndarray] = []
+    for tensor in model.graph.initializer:
+        if tensor.name in arrays:
+            array = arrays[tensor.name]
+            values = array.astype(array.dtype.newbyteorder("<"), copy=False)
+            names.append(f"dml_onnx-{token}-{len(names)}")
+            del tensor.external_data[:]
+            tensor.external_data.add(key="location", value=names[-1])
+            tensor.external_data.add(key="length", value=str(values.nbytes))
+            buffers.append(values.reshape(-1).view(np.uint8))
+    return names, buffers
 
 
 def _field(number: int, size: int) -> bytes:

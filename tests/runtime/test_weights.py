@@ -16,14 +16,14 @@ from onnx import TensorProto, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.runtime.weights import load_without_weights, serialized_with_weights
+from dml_onnx.runtime.weights import in_memory_files, load_without_weights
 from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor
 
 
 def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
                  arrays: dict[str, np.ndarray]) -> None:
     """Every initializer of ``light`` is the original or a stub whose array holds its values;
-    everything else of the model is unchanged; serialized_with_weights undoes the split."""
+    everything else of the model is unchanged; in_memory_files hands the values over."""
     assert len(light.graph.initializer) == len(original.graph.initializer)
     for before, after in zip(original.graph.initializer, light.graph.initializer, strict=True):
         if after.name in arrays:
@@ -35,19 +35,28 @@ def _check_split(original: onnx.ModelProto, light: onnx.ModelProto,
             assert np.array_equal(array, numpy_helper.to_array(before)), before.name
         else:
             assert after == before, before.name
+    _check_files_in_memory(original, _copy(light), arrays)
     rest = onnx.ModelProto.FromString(original.SerializeToString())
     rest.graph.ClearField("initializer")
-    whole = onnx.ModelProto.FromString(serialized_with_weights(_copy(light), arrays))
-    moved = [t for t in original.graph.initializer if t.name in arrays]  # each moved last
-    order = [t for t in original.graph.initializer if t.name not in arrays] + moved
-    for before, after in zip(order, whole.graph.initializer, strict=True):
-        assert after == before or (
-            (after.name, after.data_type, after.dims, after.data_location)
-            == (before.name, before.data_type, before.dims, before.data_location)
-            and np.array_equal(numpy_helper.to_array(after), numpy_helper.to_array(before)))
-    for model in (light, whole):
-        model.graph.ClearField("initializer")
-        assert model == rest
+    light.graph.ClearField("initializer")
+    assert light == rest
+
+
+def _check_files_in_memory(original: onnx.ModelProto, light: onnx.ModelProto,
+                           arrays: dict[str, np.ndarray]) -> None:
+    """in_memory_files points each stub at a file of its own that holds its raw_data's
+    bytes, under names that no other call gives."""
+    names, buffers = in_memory_files(light, arrays)
+    again, _ = in_memory_files(_copy(light), arrays)
+    assert len(set(names) | set(again)) == 2 * len(names) == 2 * len(arrays)
+    files = dict(zip(names, buffers, strict=True))
+    stubs = [t for t in light.graph.initializer if t.name in arrays]
+    for stub, name in zip(stubs, names, strict=True):
+        entries = {e.key: e.value for e in stub.external_data}
+        assert entries == {"location": name, "length": str(files[name].size)}
+        before = next(t for t in original.graph.initializer if t.name == stub.name)
+        assert files[name].tobytes() == numpy_helper.to_array(before).astype(
+            numpy_helper.to_array(before).dtype.newbyteorder("<")).tobytes(), stub.name
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto
 
 import dml_onnx
+from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime.weights import _FileData, load_without_weights
 from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor
 
@@ -25,8 +26,8 @@ FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 @pytest.mark.parametrize("options", [False, True])
 def test_a_session_on_bytes_gives_what_plain_onnxruntime_gives(options, tmp_path):
-    """Without options the weights reach onnxruntime as arrays, with the caller's options
-    inside the serialized model (its options must not keep them)."""
+    """Without options the weights reach onnxruntime as arrays, with the caller's options as
+    files in memory that it copies (its options must not keep them)."""
     initializers = [t for t in _initializers()  # numpy has no bfloat16 output
                     if t.name not in ("kept_wrong_size", "kept_bfloat16")]
     model = _model(initializers)
@@ -191,3 +192,51 @@ def test_duplicate_names_and_stale_external_data_entries_give_plain_onnxruntimes
         onnx.save(model, tmp_path / f"{name}.onnx")
         _same_outcome(tmp_path / f"{name}.onnx",
                       sess_options=ort.SessionOptions() if options else None)
+
+
+def _two_level_model(scale: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """X + W -> LpPooling -> * W2: a segment, a kernel and a segment, each segment with a
+    weight of its own (values ``scale`` times a fixed pattern)."""
+    shape = (1, 2, 48, 48)  # above WEIGHT_ELEMENTS values: weights
+    pattern = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) % 7
+    nodes = [onnx.helper.make_node("Add", ["X", "W"], ["S"]),
+             dml_onnx.lp_pooling("S", "P", name="pool", window_size=[3, 3],
+                                 start_padding=[1, 1], end_padding=[1, 1]),
+             onnx.helper.make_node("Mul", ["P", "W2"], ["Y"])]
+    value = onnx.helper.make_tensor_value_info
+    model = dml_onnx.make_model(
+        nodes, [value("X", TensorProto.FLOAT, list(shape))], [value("Y", TensorProto.FLOAT, None)],
+        initializers=[onnx.numpy_helper.from_array(scale * pattern, "W"),
+                      onnx.numpy_helper.from_array(-scale * pattern, "W2")])
+    return model, {"X": np.ones(shape, np.float32)}
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_callers_options_get_the_weights_as_files_that_onnxruntime_copies(
+        split, monkeypatch):
+    """With the caller's options the weights reach onnxruntime as external-data files in
+    memory, not inside the serialized model (which onnxruntime would parse into one more
+    copy): every model onnxruntime gets is small and the session keeps no weights. The same
+    options then make sessions of other models whose initializers have the same names, each
+    with its own values, after the first session and its arrays are gone."""
+    models = [_two_level_model(scale) if split else (_model([
+        _tensor("w", scale * np.arange(BIG, dtype=np.float32))]), {}) for scale in (1.0, 3.0)]
+    sizes: list[int] = []
+    plain_session = ort.InferenceSession
+
+    def recording(model: bytes | str, *arguments: object, **keywords: object):
+        sizes.append(len(model))
+        return plain_session(model, *arguments, **keywords)
+
+    given = ort.SessionOptions()
+    monkeypatch.setattr(ort, "InferenceSession", recording)
+    first = dml_onnx.InferenceSession(models[0][0].SerializeToString(), given)
+    assert len(sizes) == (2 if split else 1) and max(sizes) < BIG
+    assert not first._weights
+    monkeypatch.setattr(ort, "InferenceSession", plain_session)
+    del first
+    for model, feeds in models:
+        session = dml_onnx.InferenceSession(model.SerializeToString(), given)
+        want = ReferenceEvaluator(model).run(None, feeds)
+        for got, expected in zip(session.run(None, feeds), want, strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-6)
