@@ -88,6 +88,62 @@ def test_a_detector_like_graph_splits_and_equals_the_one_session_route(dtype):
     np.testing.assert_array_equal(session.run(["A"], feeds)[0], got[1])
 
 
+@pytest.mark.parametrize("threads_start", [True, False])
+def test_segments_on_options_of_our_own_are_created_side_by_side(threads_start, monkeypatch):
+    """Without the caller's options the segments' sessions are created on threads at the same
+    time (each waits for another to start); where no thread can start, one after the other on
+    the calling thread. Either way the run equals the reference's."""
+    import os
+    import threading
+
+    model, feeds = _detector_like()
+    side_by_side = threads_start and len(os.sched_getaffinity(0)) > 1
+    meeting = threading.Barrier(2, timeout=30)
+    seen: list[int] = []
+    plain_session = ort.InferenceSession
+
+    def created(*arguments, **keywords):
+        seen.append(threading.get_ident())
+        if side_by_side and len(seen) <= 2:
+            meeting.wait()  # broken (an error) unless two creations overlap
+        return plain_session(*arguments, **keywords)
+
+    class NoThreads:
+        def __init__(self, *arguments, **keywords):
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(ort, "InferenceSession", created)
+    if not threads_start:
+        monkeypatch.setattr(segments, "ThreadPoolExecutor", NoThreads)
+    session = dml_onnx.InferenceSession(model)
+    monkeypatch.setattr(ort, "InferenceSession", plain_session)
+    assert len(seen) == 3
+    assert (threading.get_ident() in seen) == (not side_by_side)
+    for got, want in zip(session.run(None, feeds), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_segments_on_the_callers_options_are_created_one_at_a_time(monkeypatch):
+    """With the caller's options (onnxruntime copies the weights there) the segments are
+    created one after the other on the calling thread."""
+    import threading
+
+    model, feeds = _detector_like()
+    seen: list[int] = []
+    plain_session = ort.InferenceSession
+
+    def created(*arguments, **keywords):
+        seen.append(threading.get_ident())
+        return plain_session(*arguments, **keywords)
+
+    monkeypatch.setattr(ort, "InferenceSession", created)
+    session = dml_onnx.InferenceSession(model, ort.SessionOptions())
+    monkeypatch.setattr(ort, "InferenceSession", plain_session)
+    assert seen == [threading.get_ident()] * 3
+    for got, want in zip(session.run(None, feeds), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_kernels_read_the_segments_arrays_without_a_copy(monkeypatch):
     """onnxruntime-extensions would hand the kernel a new array (it owns its data); here it
     gets a view of onnxruntime's output."""
