@@ -10,9 +10,10 @@ onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) 
 run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
 with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx then hands
 them over as external-data files in memory, which onnxruntime copies: external initializers
-added to the caller's options would outlive the session), all in one process; then, in three alternating rounds of fresh processes, the time
-to create the one session (what a program that creates its session once pays: its memory's
-pages are new) and how far creating it raises the peak resident memory.
+added to the caller's options would outlive the session), all in one process; then, in
+three alternating rounds of fresh processes, the time to create the one session (what a
+program that creates its session once pays: its memory's pages are new) and how far creating
+it raises the peak resident memory.
 """
 
 from __future__ import annotations

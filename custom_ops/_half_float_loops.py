@@ -1,7 +1,8 @@
 """How the compiled loops read and write float16 (numba has no float16 on the CPU: float16
 values travel as their uint16 bits), exactly as numpy converts: :func:`widened` reads them
 (:func:`half_to_float`), :func:`summand` reads them into sums (:func:`half_operand`),
-:func:`narrowed` writes them (:func:`float_to_half`).
+:func:`narrowed` writes them (:func:`float_to_half`), :func:`stored_sum` writes sums
+(:func:`half_of_sum`).
 
 Only the ``_*_loops`` modules import this one; their loops are compiled with these parts
 inside (and their caches go stale when this file changes: see
@@ -97,9 +98,9 @@ def _widened(target, x):
 
 def summand(target, x):
     """``x`` as a sum in the array ``target`` adds it: :func:`widened`, but float16 bits by
-    :func:`half_operand` (a signalling NaN comes out quiet, as the addition makes it anyway;
-    only for values that an addition takes next: other arithmetic, ``abs`` for one, may
-    then give NaN another sign bit). Compiled through :func:`_summand`."""
+    :func:`half_operand` (a signalling NaN comes out quiet, as the arithmetic makes it anyway;
+    only for values that ``+ - * /`` take next: ``abs``, for one, may then give NaN another
+    sign bit). Compiled through :func:`_summand`."""
     return x
 
 
@@ -134,6 +135,42 @@ def float_to_half(bits):
     large = nan if u > np.uint32(0x7F800000) else np.uint32(0x7C00)
     small = subnormal if u < np.uint32(0x38800000) else normal
     return np.uint16(sign | (large if u >= np.uint32(0x47800000) else small))
+
+
+@intrinsic
+def half_of_sum(typingctx, value):
+    """The bits (uint16) of the float16 nearest the float32 ``value``, a result of arithmetic
+    (never a signalling NaN): one F16C instruction where the compiled code may use that CPU
+    family (rounding as :func:`float_to_half` does, ties to even; NaN keeps its sign and the
+    top of its payload), else :func:`float_to_half` (see :func:`half_operand`). In a strided
+    loop, where :func:`float_to_half` cannot vectorise, it is one instruction against about
+    twenty."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, arguments):
+        if "+f16c" in context.codegen().magic_tuple()[2].split(","):
+            half = builder.fptrunc(arguments[0], ir.HalfType())
+            return builder.bitcast(half, ir.IntType(16))
+        return context.compile_internal(builder, lambda x: float_to_half(float_bits(x)),
+                                        signature, arguments)
+
+    return types.uint16(types.float32), codegen
+
+
+def stored_sum(target, x):
+    """A sum ``x`` as the array ``target`` stores it: :func:`narrowed`, but into float16 bits by
+    :func:`half_of_sum` (only for results of arithmetic, never a signalling NaN). Compiled
+    through :func:`_stored_sum`."""
+    return x
+
+
+@overload(stored_sum, inline="always")
+def _stored_sum(target, x):
+    if (isinstance(target, types.Array) and target.dtype == types.uint16
+            and x == types.float32):
+        return lambda target, x: half_of_sum(x)
+    return lambda target, x: x
 
 
 @intrinsic

@@ -31,7 +31,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from custom_ops._half_float_loops import narrowed
+from custom_ops._half_float_loops import narrowed, stored_sum, summand
 from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
 
@@ -471,10 +471,11 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
                  row_start, row_stop, dXt, dX):
     """Rows ``row_start:row_stop`` (of the flattened ``[N * H]``) of the image gradient: every
     region's ``dY`` added onto them in ``dXt [N, H, W, C]`` (zeroed here first), then copied to
-    ``dX [N, C, H, W]``. Each in-bounds sample adds its weight (``dY / (n_y n_x)`` for average,
-    ``dY`` on the winning sample for max) times each corner's weight. Regions, outputs, samples
-    and corners are visited in order, so each element sums in the same order whatever the rows
-    a thread owns."""
+    ``dX [N, C, H, W]`` (float16 ``dY`` and ``dX`` as their bits beside a float32 ``dXt``:
+    :func:`~custom_ops._half_float_loops.summand`, ``stored_sum``). Each in-bounds sample adds
+    its weight (``dY / (n_y n_x)`` for average, ``dY`` on the winning sample for max) times
+    each corner's weight. Regions, outputs, samples and corners are visited in order, so each
+    element sums in the same order whatever the rows a thread owns."""
     ct = settings.dtype.type
     n_images, height, width, channels = dXt.shape
     regions, _, oh, ow = dY.shape
@@ -503,7 +504,8 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
                 continue
             for ox in range(ow):
                 for c in range(channels):
-                    weight[c] = dY[r, c, oy, ox] / count if average else dY[r, c, oy, ox]
+                    value = summand(weight, dY[r, c, oy, ox])
+                    weight[c] = value / count if average else value
                 for k in range(ny * nx):
                     sy, sx = oy * ny + k // nx, ox * nx + k % nx
                     if not (y_in[sy] and x_in[sx]):
@@ -525,7 +527,8 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
     for row in range(row_start, row_stop):
         for c in range(channels):
             for x in range(width):
-                dX[row // height, c, row % height, x] = dXt[row // height, row % height, x, c]
+                dX[row // height, c, row % height, x] = stored_sum(
+                    dX, dXt[row // height, row % height, x, c])
 
 
 @parallel_jit

@@ -162,9 +162,12 @@ def _run(node: str, sampling: Sampling, given_shape: tuple[int, ...], compute_dx
     want_drois = compute_drois and (sampling.linear or not exact_roi_gradient)
     drois = np.zeros((len(indices), 4), np.float64)
     work = len(indices) and channels and (compute_dx or want_drois)
+    # float16 dY and dX as their bits where the scatter alone reads dY (no copies in float32)
+    half_bits = dY.dtype == np.float16 and sampling.average and not want_drois
     dX = None
     if compute_dx:
-        dX = (np.empty if work else np.zeros)((n_images, channels, height, width), dtype)
+        dX = (np.empty if work else np.zeros)((n_images, channels, height, width),
+                                              np.uint16 if half_bits else dtype)
 
     if work:
         plan = Plan(OP, node, shape, boxes, indices, sampling, (oh, ow), dtype)
@@ -172,14 +175,14 @@ def _run(node: str, sampling: Sampling, given_shape: tuple[int, ...], compute_dx
         if uses_x:
             assert X is not None, "check_signature requires X for drois and the max reduction"
             Xt = channels_last(X, dtype)
-        _backward(plan, node, Xt, converted(dY, dtype), dX,
+        _backward(plan, node, Xt, dY.view(np.uint16) if half_bits else converted(dY, dtype), dX,
                   drois if want_drois else drois[:0],
                   loop_settings(sampling, dY.dtype, OUT_OF_BOUNDS), exact_roi_gradient)
     else:
         check_regions(OP, node, shape, dY.dtype, rois, batch_indices)
 
     if dX is not None:  # computed exactly when compute_dx
-        dX = converted(dX, dY.dtype)
+        dX = dX.view(np.float16) if half_bits else converted(dX, dY.dtype)
     return dX, drois.astype(rois.dtype).reshape(rois.shape) if compute_drois else None
 
 
@@ -207,7 +210,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
     if dX is None:
         return
     n_images, channels, height, width = dX.shape
-    dXt = np.empty((n_images, height, width, channels), dX.dtype)  # channels-last sums
+    dXt = np.empty((n_images, height, width, channels), settings.dtype)  # channels-last sums
     run_bands(bands(n_images * height, plan.work),
               lambda start, stop: loops.scatter_rows(grads, plan.batch, plan.first, plan.size,
                                                      plan.n, settings, *flags, winners, start,

@@ -303,29 +303,50 @@ def test_the_loops_read_and_write_every_float16_as_numpy_does():
 
 
 _F16C_PROBE = """
-import re
 import numpy as np
 from numba import njit
-from custom_ops._half_float_loops import summand
+from custom_ops._half_float_loops import stored_sum, summand
 
 @njit
 def sums(source, target):
     for i in range(source.size):
         target[i] += summand(target, source[i])
 
+@njit
+def stored(source, target):
+    for i in range(source.size):
+        target[i] = stored_sum(target, source[i])
+
 got = np.zeros(1 << 16, np.float32)
 sums(np.arange(1 << 16, dtype=np.uint16), got)
-print("vcvtph2ps" in "".join(sums.inspect_asm().values()), got.tobytes().hex())
+halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+finite = np.unique(halves[np.isfinite(halves)].astype(np.float32))
+words = np.concatenate([  # each float16, the midpoints (ties), their neighbours, random bits
+    finite.view(np.uint32),
+    ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32).view(np.uint32),
+    np.random.default_rng(5).integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32)])
+words = np.concatenate([words - 1, words, words + 1])
+values = words.view(np.float32)
+values = np.where(np.isnan(values), (words | (1 << 22)).view(np.float32), values)  # quiet
+written = np.empty(values.size, np.uint16)
+stored(values, written)
+with np.errstate(over="ignore"):
+    want = values.astype(np.float16).view(np.uint16)
+code = "".join(sums.inspect_asm().values()) + "".join(stored.inspect_asm().values())
+print("vcvtph2ps" in code, "vcvtps2ph" in code, got.tobytes().hex(),
+      bool(np.array_equal(written, want)))
 """
 
 
 @pytest.mark.parametrize("f16c", [True, False])
-def test_float16_summands_use_f16c_only_where_the_compiled_code_may(f16c, tmp_path):
-    """``summand`` (what Fold adds float16 bits with) converts with the F16C instruction where
-    numba's CPU features include it, and by integer arithmetic where they do not (LLVM would
-    otherwise call a library function that numba's JIT does not find): either way every one
-    of the 65536 values adds as numpy adds it, NaN payloads and signs included. A fresh
-    interpreter for each, with its own numba cache."""
+def test_float16_sums_use_f16c_only_where_the_compiled_code_may(f16c, tmp_path):
+    """``summand`` and ``stored_sum`` (what Fold and RoiAlignGrad read and write float16 bits
+    with) convert with the F16C instructions where numba's CPU features include them, and by
+    integer arithmetic where they do not (LLVM would otherwise call a library function that
+    numba's JIT does not find). Either way every one of the 65536 values adds as numpy adds it
+    (NaN payloads and signs included), and sums (every float16, the ties between neighbours,
+    a step to either side, random bits, NaNs quiet as arithmetic leaves them) round as numpy
+    rounds them. A fresh interpreter for each, with its own numba cache."""
     import os
     import subprocess
 
@@ -339,8 +360,9 @@ def test_float16_summands_use_f16c_only_where_the_compiled_code_may(f16c, tmp_pa
         env["NUMBA_CPU_FEATURES"] = features.flatten()
     result = subprocess.run([sys.executable, "-c", _F16C_PROBE], env=env, capture_output=True,
                             text=True, timeout=300, check=True)
-    used, sums = result.stdout.split()
-    assert used == str(f16c and bool(features.get("f16c")))
+    read_by_f16c, written_by_f16c, sums, rounded = result.stdout.split()
+    used = str(f16c and bool(features.get("f16c")))
+    assert (read_by_f16c, written_by_f16c, rounded) == (used, used, "True")
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
     _same_bits(np.frombuffer(bytes.fromhex(sums), np.float32), np.zeros_like(every) + every)
 

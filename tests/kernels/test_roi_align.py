@@ -303,12 +303,20 @@ def test_plane_by_plane_loop_reads_float16_bits_as_float32(attrs):
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
 @pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("with_drois", [True, False])
 def test_float16_gradients_are_the_float32_computation_rounded_once(attrs, threads,
-                                                                   monkeypatch):
+                                                                   with_drois, monkeypatch):
     """RoiAlignGrad on float16, over 1 or several threads: the float32 computation on the same
     values, rounded as numpy rounds, float16's extremes in X and dY (NaN, infinities,
-    subnormals, the largest) included."""
+    subnormals, the largest) included. dX alone by average reads dY's bits and writes dX's
+    (no float32 copy of either); the other kinds convert them."""
     from custom_ops import _threads
+    from custom_ops import roi_align_grad as module
+
+    conversions: list[np.dtype] = []
+    convert = module.converted
+    monkeypatch.setattr(module, "converted",
+                        lambda a, dtype: conversions.append(a.dtype) or convert(a, dtype))
 
     rng = np.random.default_rng(45)
     X = _float16_image(rng, (2, 5, 40, 50))
@@ -320,15 +328,21 @@ def test_float16_gradients_are_the_float32_computation_rounded_once(attrs, threa
     monkeypatch.setattr(_threads, "THREADS", threads)
     monkeypatch.setattr(_threads, "GRAIN", 256)  # several threads' work even here
     monkeypatch.setattr(_threads, "POOL_GRAINS", 1)
-    dX, drois = backward(X, dY, rois, batch, **attrs)
-    assert dX.dtype == np.float16 and drois.dtype == np.float16
+    dX, drois = backward(X, dY, rois, batch, drois=with_drois, **attrs)
+    bits_alone = not with_drois and attrs.get("reduction_function", "average") == "average"
+    assert conversions == ([] if bits_alone else [np.float16, np.float32])
+    assert dX.dtype == np.float16
     wide_dx, wide_drois = backward(X.astype(np.float32), dY.astype(np.float32),
-                                   rois.astype(np.float32), batch, **attrs)
+                                   rois.astype(np.float32), batch, drois=with_drois, **attrs)
     with np.errstate(over="ignore", invalid="ignore"):
-        expected_dx, expected_drois = wide_dx.astype(np.float16), wide_drois.astype(np.float16)
+        expected_dx = wide_dx.astype(np.float16)
     assert np.isnan(dX).any() and np.isinf(dX).any()  # the extremes reached dX
     np.testing.assert_array_equal(dX.view(np.uint16), expected_dx.view(np.uint16))
-    np.testing.assert_array_equal(drois.view(np.uint16), expected_drois.view(np.uint16))
+    if with_drois:
+        assert drois.dtype == np.float16
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected_drois = wide_drois.astype(np.float16)
+        np.testing.assert_array_equal(drois.view(np.uint16), expected_drois.view(np.uint16))
 
 
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
