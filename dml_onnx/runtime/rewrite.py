@@ -31,9 +31,10 @@ from dml_onnx.runtime.hook import (
 )
 from dml_onnx.schemas import register_schemas
 
-FLOAT16_KERNELS = frozenset({"Unfold", "Fold", *FLOAT16_CONVERTING})
-"""Operators that take direct float16 values as they are: Unfold only copies them and Fold's
-loop reads their bits as it sums (at any thread count); the others
+FLOAT16_KERNELS = frozenset({"Unfold", "Fold", "RoiAlignGrad", *FLOAT16_CONVERTING})
+"""Operators that take direct float16 values as they are: Unfold only copies them, Fold's
+loop reads their bits as it sums and RoiAlignGrad's scatter as it reads dY (at any thread
+count, see :data:`~dml_onnx.runtime.hook.FLOAT16_THREADS`); the others
 (:data:`~dml_onnx.runtime.hook.FLOAT16_CONVERTING`) convert them over the threads, where
 onnxruntime's Cast takes one, from :data:`~dml_onnx.runtime.hook.FLOAT16_THREADS` threads on
 (server, 16 cores, float16 rows: Fold 8.3-9.4 -> 3.0-3.1 ms, RoiAlignGrad dX 8.0-8.4 -> 3.9,

@@ -139,24 +139,17 @@ def _watched_conversions(monkeypatch, threads_for_float16: int) -> list:
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])  # float16 kept / cast to float32
 def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float16,
                                                                monkeypatch):
-    """LpPooling, RoiAlign1, RoiAlignGrad and RoiPooling take direct float16 inputs as
-    they are where the kernels have FLOAT16_THREADS threads (their compiled conversions), else
-    as float32 from onnxruntime's Cast: either way the outputs are the float32 computation
-    rounded once (the spec's float16 rule), as a plain session gives them."""
+    """LpPooling, RoiAlign1 and RoiPooling take direct float16 inputs as they are where the
+    kernels have FLOAT16_THREADS threads (their compiled conversions), else as float32 from
+    onnxruntime's Cast: either way the outputs are the float32 computation rounded once (the
+    spec's float16 rule), as a plain session gives them."""
     conversions = _watched_conversions(monkeypatch, threads_for_float16)
     rng = np.random.default_rng(6)
-    gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
     rois = np.concatenate([rng.uniform(0, 20, (40, 2)), rng.uniform(22, 60, (40, 2))],
                           1).astype(np.float16)
     batch = rng.integers(0, 2, 40)
 
     def models(elem):
-        grad = _model([dml_onnx.roi_align_grad("", "dY", "rois", "batch", "dX",
-                                               input_shape=[2, 4, 64, 64])],
-                      [_value("dY", elem, list(gradient.shape)),
-                       _value("rois", elem, list(rois.shape)),
-                       _value("batch", TensorProto.INT64, list(batch.shape))],
-                      [_value("dX", elem)])
         align = _model([dml_onnx.roi_align1("X", "rois", "batch", "Y", output_size=[7, 7])],
                        [_value("X", elem, list(image.shape)), _value("rois", elem, [40, 4]),
                         _value("batch", TensorProto.INT64, [40])], [_value("Y", elem)])
@@ -167,12 +160,11 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
                                                 start_padding=[1, 1], end_padding=[1, 1], p=p)],
                            [_value("X", elem, list(image.shape))], [_value("Y", elem)])
                     for p in (2, 3)]
-        return grad, align, pool, *lp_pools
+        return align, pool, *lp_pools
 
     image = rng.standard_normal((2, 4, 64, 64)).astype(np.float16)  # above the grain
     boxes = np.concatenate([batch[:, None].astype(np.float16), rois], 1)
-    feeds = ({"dY": gradient, "rois": rois, "batch": batch},
-             {"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes},
+    feeds = ({"X": image, "rois": rois, "batch": batch}, {"X": image, "boxes": boxes},
              {"X": image}, {"X": image})
     for half, wide, feed in zip(models(TensorProto.FLOAT16), models(TensorProto.FLOAT), feeds,
                                 strict=True):
@@ -186,6 +178,42 @@ def test_float16_converting_kernels_equal_float32_rounded_once(threads_for_float
         assert got.dtype == np.float16
         np.testing.assert_array_equal(got, want.astype(np.float16))
         np.testing.assert_array_equal(got, _plain_session(half).run(None, feed)[0])
+
+
+@pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])
+@pytest.mark.parametrize("reduction", ["average", "max"])
+def test_roi_align_grad_takes_direct_float16_as_it_is_at_any_thread_count(
+        reduction, threads_for_float16, monkeypatch):
+    """RoiAlignGrad's dX by average reads dY's float16 bits and writes dX's; its other kinds
+    convert as fast as onnxruntime's Cast: its direct float16 inputs are never widened by the
+    hook, whatever FLOAT16_THREADS says, and dX is the float32 computation rounded once, as a
+    plain session gives it."""
+    conversions = _watched_conversions(monkeypatch, threads_for_float16)
+    rng = np.random.default_rng(6)
+    gradient = rng.standard_normal((40, 4, 7, 7)).astype(np.float16)
+    image = rng.standard_normal((2, 4, 64, 64)).astype(np.float16)
+    rois = np.concatenate([rng.uniform(0, 20, (40, 2)), rng.uniform(22, 60, (40, 2))],
+                          1).astype(np.float16)
+    batch = rng.integers(0, 2, 40)
+
+    def model(elem):
+        return _model([dml_onnx.roi_align_grad("X", "dY", "rois", "batch", "dX",
+                                               reduction_function=reduction)],
+                      [_value("X", elem, list(image.shape)),
+                       _value("dY", elem, list(gradient.shape)),
+                       _value("rois", elem, list(rois.shape)),
+                       _value("batch", TensorProto.INT64, list(batch.shape))],
+                      [_value("dX", elem)])
+
+    feed = {"X": image, "dY": gradient, "rois": rois, "batch": batch}
+    (got,) = dml_onnx.InferenceSession(model(TensorProto.FLOAT16)).run(None, feed)
+    assert conversions and all(source == target for source, target in conversions)
+    wide_feed = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feed.items()}
+    (want,) = dml_onnx.InferenceSession(model(TensorProto.FLOAT)).run(None, wide_feed)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+    plain = _plain_session(model(TensorProto.FLOAT16))
+    np.testing.assert_array_equal(got, plain.run(None, feed)[0])
 
 
 @pytest.mark.parametrize("threads_for_float16", [1, 10 ** 6])
