@@ -123,6 +123,29 @@ def test_segments_on_options_of_our_own_are_created_side_by_side(threads_start, 
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_segment_that_onnxruntime_refuses_fails_the_session_with_its_error(monkeypatch):
+    """Created side by side, a segment's failure is raised as onnxruntime raised it (the
+    segments not yet started are left out), and the next session is created as usual."""
+    model, feeds = _detector_like()
+    plain_session = ort.InferenceSession
+    made: list[bytes] = []
+
+    def refusing(model_bytes, *arguments, **keywords):
+        made.append(model_bytes)
+        if len(made) == 2:
+            raise ort.capi.onnxruntime_pybind11_state.InvalidGraph("segment refused")
+        return plain_session(model_bytes, *arguments, **keywords)
+
+    monkeypatch.setattr(ort, "InferenceSession", refusing)
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidGraph, match="refused"):
+        dml_onnx.InferenceSession(model)
+    assert len(made) >= 2
+    monkeypatch.setattr(ort, "InferenceSession", plain_session)
+    (got, _) = dml_onnx.InferenceSession(model).run(None, feeds)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_segments_on_the_callers_options_are_created_one_at_a_time(monkeypatch):
     """With the caller's options (onnxruntime copies the weights there) the segments are
     created one after the other on the calling thread."""
