@@ -229,8 +229,10 @@ def short_openmp_spin() -> Iterator[None]:
     OpenMP threads wait; then remove it. GNU OpenMP reads it once, as the library loads: wrap
     the first import or call that loads it (numba's threading layer; torch's own OpenMP,
     which numba then shares, loads when onnxruntime-extensions imports torch). Where the
-    process loaded GNU OpenMP before the first such block (torch imported first), the setting
-    comes too late: :func:`warn_if_openmp_spins` says so, once."""
+    process loaded GNU OpenMP outside such a block (torch imported first, or between our
+    import and our first kernel), the setting comes too late: :func:`warn_if_openmp_spins`
+    says so, once."""
+    global _openmp_spin
     chosen = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys()
     if not chosen:
         warn_if_openmp_spins()
@@ -240,29 +242,36 @@ def short_openmp_spin() -> Iterator[None]:
     finally:
         if not chosen:
             os.environ.pop("GOMP_SPINCOUNT", None)
+            if _openmp_spin is None and _libgomp_mapped() is True:
+                _openmp_spin = "short"  # it loaded in this block
 
 
-_spin_checked = False  # whether the process's first short_openmp_spin looked
+_openmp_spin: Literal["short", "long"] | None = None
+"""How the process's GNU OpenMP spins, once known: ``short`` where it loaded inside a
+:func:`short_openmp_spin` block, ``long`` where a block found it loaded already."""
+
+
+def _libgomp_mapped(maps: str = "/proc/self/maps") -> bool | None:
+    """Whether the GNU OpenMP that numba shares (soname ``libgomp.so.1``; a wheel's renamed
+    copy, ``libgomp-<hash>.so.1``, it does not share) is in the process's memory map; None
+    where the map cannot be read (not Linux)."""
+    try:
+        with open(maps) as mapped:
+            return any(os.path.basename(line.split()[-1]).startswith("libgomp.so")
+                       for line in mapped if "libgomp" in line)
+    except OSError:
+        return None
 
 
 def warn_if_openmp_spins(maps: str = "/proc/self/maps") -> None:
-    """On the first call in the process: a ``RuntimeWarning`` where GNU OpenMP is loaded
-    already, so that it spins as long as it does by default after every parallel launch
-    (numba shares the loaded library, found by its soname ``libgomp.so.1``; a wheel's renamed
-    copy, ``libgomp-<hash>.so.1``, it does not share). Reads the process's memory map (Linux;
-    elsewhere nothing is said)."""
-    global _spin_checked
-    if _spin_checked:
+    """Until the process's GNU OpenMP is known (:data:`_openmp_spin`): where it is loaded
+    already, outside our short-spin blocks, it spins as long as it does by default after
+    every parallel launch; then one ``RuntimeWarning`` says what to set, and
+    :func:`run_compiled` sizes each team to its groups."""
+    global _openmp_spin
+    if _openmp_spin is not None or not _libgomp_mapped(maps):
         return
-    _spin_checked = True
-    try:
-        with open(maps) as mapped:  # a renamed copy (libgomp-<hash>.so.1) is not shared
-            loaded = any(os.path.basename(line.split()[-1]).startswith("libgomp.so")
-                         for line in mapped if "libgomp" in line)
-    except OSError:
-        return
-    if not loaded:
-        return
+    _openmp_spin = "long"
     # filters that make warnings errors must not fail a kernel for a hint
     with contextlib.suppress(Warning):
         warnings.warn(
@@ -280,10 +289,15 @@ def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
     loop's work per iteration. No interpreter lock passes from thread to thread, which costs
     :func:`run_parallel` some 0.1-0.2 ms per thread on a 16-core server.
 
-    The team is always every thread a call may use (:func:`workers`), however few groups:
-    GNU OpenMP ends the threads a smaller team leaves out and starts them again for the next
+    The team is every thread a call may use (:func:`workers`), however few groups: GNU
+    OpenMP ends the threads a smaller team leaves out and starts them again for the next
     larger one (Faster R-CNN's 3-region call on 3 threads between calls on 16 took 0.8 ms
     against 0.25 on one thread, on the 16-core server); spare threads wake and find no group.
+    Except where GNU OpenMP spins long (loaded before our short spin, see
+    :func:`warn_if_openmp_spins`): there every thread of a team spins for milliseconds after
+    each launch, and the team is the groups' count (Faster R-CNN's four calls against
+    onnxruntime's RoiAlign in turn, 16 threads, one server: 5.9 ms with teams of the groups'
+    size, 39.1 ms with whole teams; with the short spin 6.5-7.5 against 4.1-4.7 ms).
 
     Returns False, having run nothing, where the caller runs its groups itself: for one
     group; in a process forked from one that launched (GNU OpenMP, numba's threading layer
@@ -300,7 +314,8 @@ def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
         # numba loads its threading layer in its first set_num_threads
         with short_openmp_spin() if _launch_pid is None else contextlib.nullcontext():
             # numba's config sets NUMBA_NUM_THREADS at run time (reload_config), unseen by mypy
-            numba.set_num_threads(min(workers(), numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+            team = min(threads, workers()) if _openmp_spin == "long" else workers()
+            numba.set_num_threads(min(team, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
         if numba.threading_layer() == "workqueue":
             _workqueue = True
             return False

@@ -131,12 +131,16 @@ def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_se
 
 
 @pytest.mark.parametrize("limit", [0, 5])
-def test_every_launch_uses_the_whole_team_however_few_groups(limit, monkeypatch):
+@pytest.mark.parametrize("long_spin", [False, True])
+def test_every_launch_uses_the_whole_team_however_few_groups(limit, long_spin, monkeypatch):
     """GNU OpenMP ends the threads a smaller team leaves out and starts them again for the
-    next larger one: the team is every thread a call may use, whatever its group count."""
+    next larger one: the team is every thread a call may use, whatever its group count;
+    except where GNU OpenMP was loaded before us and spins long after every launch: there the
+    team is the groups' count (no more threads spinning than the call used)."""
     import numba
     teams = []
     monkeypatch.setattr(_threads, "THREADS", 8)
+    monkeypatch.setattr(_threads, "_openmp_spin", "long" if long_spin else "short")
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
     monkeypatch.setattr(numba, "set_num_threads", teams.append)
     monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
@@ -147,7 +151,8 @@ def test_every_launch_uses_the_whole_team_however_few_groups(limit, monkeypatch)
             assert _threads.run_compiled(groups, lambda g=groups: launched.append(g))
     finally:
         _threads.thread_limit.reset(token)
-    assert teams == [limit or 8] * 3
+    whole = limit or 8
+    assert teams == ([min(g, whole) for g in (2, 3, 8)] if long_spin else [whole] * 3)
     assert launched == [2, 3, 8]
 
 
@@ -163,7 +168,7 @@ def test_a_spinning_openmp_loaded_before_us_is_named_once(mapped, tmp_path, monk
     library = f"7f00-7f01 r-xp 0 08:01 1 {mapped}\n" if mapped else ""
     maps.write_text("5600-5601 r--p 0 08:01 2 /usr/bin/python3\n" + library
                     + "7f02-7f03 rw-p 0 00:00 0\n")  # an anonymous mapping: no path
-    monkeypatch.setattr(_threads, "_spin_checked", False)
+    monkeypatch.setattr(_threads, "_openmp_spin", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _threads.warn_if_openmp_spins(str(maps))
@@ -171,6 +176,7 @@ def test_a_spinning_openmp_loaded_before_us_is_named_once(mapped, tmp_path, monk
     messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
     shared = mapped is not None and "libgomp-" not in mapped
     assert len(messages) == shared
+    assert _threads._openmp_spin == ("long" if shared else None)  # teams sized to groups
     if shared:
         assert "GOMP_SPINCOUNT=10000" in messages[0] and "libgomp" in messages[0]
 
@@ -178,36 +184,45 @@ def test_a_spinning_openmp_loaded_before_us_is_named_once(mapped, tmp_path, monk
 def test_the_spin_hint_never_fails_a_kernel_under_error_filters(tmp_path, monkeypatch):
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 08:01 1 /opt/torch/lib/libgomp.so.1\n")
-    monkeypatch.setattr(_threads, "_spin_checked", False)
+    monkeypatch.setattr(_threads, "_openmp_spin", None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _threads.warn_if_openmp_spins(str(maps))  # no exception
 
 
-@pytest.mark.parametrize("preload", [True, False])
-def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(preload):
-    """End to end, in a fresh interpreter: GNU OpenMP loaded first (as torch's import does)
-    gives the hint at the first compiled kernel, once; loaded by our kernels, none."""
+@pytest.mark.parametrize("loaded", ["first", "after our import", "by our kernels"])
+def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(loaded):
+    """End to end, in a fresh interpreter: GNU OpenMP loaded before the first compiled kernel
+    and outside our short-spin blocks (as torch's import does, before our import or between
+    it and our first kernel) gives the hint at the first kernel, once, and teams sized to
+    their groups; loaded by our kernels, none, and whole teams."""
     code = textwrap.dedent(f"""
         import ctypes, ctypes.util, warnings
         import numpy as np
-        if {preload}:
-            ctypes.CDLL(ctypes.util.find_library("gomp"))
-        warnings.simplefilter("always")
+        from custom_ops import _threads
         from custom_ops.lp_pooling import lp_pooling
+        def load_openmp():
+            ctypes.CDLL(ctypes.util.find_library("gomp"))
         X = np.ones((4, 64, 64, 64), np.float32)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            if {loaded!r} == "first":
+                load_openmp()
+            with _threads.short_openmp_spin():  # our import's block (onnxruntime-extensions')
+                pass
+            if {loaded!r} == "after our import":
+                load_openmp()
             for _ in range(2):
                 lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
                            end_padding=[0, 0], dilations=[1, 1], p=2)
-        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught))
+        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _threads._openmp_spin)
         """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1" if preload else "0"]
+    late = loaded != "by our kernels"
+    assert done.stdout.split() == (["1", "long"] if late else ["0", "short"])
 
 
 def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
