@@ -60,6 +60,12 @@ def half_to_float(typingctx, bits):
     return types.float32(types.uint16), codegen
 
 
+def _has_f16c(context) -> bool:
+    """Whether the code that numba compiles for ``context`` may use F16C (its CPU features,
+    which numba's cache keeps the code by)."""
+    return "+f16c" in context.codegen().magic_tuple()[2].split(",")
+
+
 @intrinsic
 def half_operand(typingctx, bits):
     """:func:`half_to_float` for a value that arithmetic takes next, where a signalling NaN
@@ -73,7 +79,7 @@ def half_operand(typingctx, bits):
         return None
 
     def codegen(context, builder, signature, arguments):
-        if "+f16c" in context.codegen().magic_tuple()[2].split(","):
+        if _has_f16c(context):
             return builder.fpext(builder.bitcast(arguments[0], ir.HalfType()), ir.FloatType())
         return _half_to_float_codegen(builder, arguments[0])
 
@@ -88,10 +94,21 @@ def widened(target, x):
     return x
 
 
+def _half_into_float(target, x) -> bool:
+    """Whether ``x`` is float16 bits (uint16) going into the float32 array ``target``."""
+    return (isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed
+            and isinstance(target, types.Array) and target.dtype == types.float32)
+
+
+def _float_into_half(target, x) -> bool:
+    """Whether ``x`` is a float32 going into the float16 bits (uint16 array) ``target``."""
+    return (isinstance(target, types.Array) and target.dtype == types.uint16
+            and x == types.float32)
+
+
 @overload(widened, inline="always")
 def _widened(target, x):
-    if (isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed
-            and isinstance(target, types.Array) and target.dtype == types.float32):
+    if _half_into_float(target, x):
         return lambda target, x: half_to_float(x)
     return lambda target, x: x
 
@@ -106,8 +123,7 @@ def summand(target, x):
 
 @overload(summand, inline="always")
 def _summand(target, x):
-    if (isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed
-            and isinstance(target, types.Array) and target.dtype == types.float32):
+    if _half_into_float(target, x):
         return lambda target, x: half_operand(x)
     return lambda target, x: x
 
@@ -149,7 +165,7 @@ def half_of_sum(typingctx, value):
         return None
 
     def codegen(context, builder, signature, arguments):
-        if "+f16c" in context.codegen().magic_tuple()[2].split(","):
+        if _has_f16c(context):
             half = builder.fptrunc(arguments[0], ir.HalfType())
             return builder.bitcast(half, ir.IntType(16))
         return context.compile_internal(builder, lambda x: float_to_half(float_bits(x)),
@@ -167,8 +183,7 @@ def stored_sum(target, x):
 
 @overload(stored_sum, inline="always")
 def _stored_sum(target, x):
-    if (isinstance(target, types.Array) and target.dtype == types.uint16
-            and x == types.float32):
+    if _float_into_half(target, x):
         return lambda target, x: half_of_sum(x)
     return lambda target, x: x
 
@@ -194,7 +209,6 @@ def narrowed(target, x):
 
 @overload(narrowed, inline="always")
 def _narrowed(target, x):
-    if (isinstance(target, types.Array) and target.dtype == types.uint16
-            and x == types.float32):
+    if _float_into_half(target, x):
         return lambda target, x: float_to_half(float_bits(x))
     return lambda target, x: x
