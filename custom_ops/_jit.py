@@ -224,12 +224,13 @@ def _set_up_numba() -> None:
     ("duplicate registration"); done here, it is part of this module's import, which runs on
     a helper thread that signals do not interrupt (custom_ops._threads.compiled)."""
     finder = _DeferBlasProbe()
-    sys.meta_path.insert(0, finder)
+    # new lists, not the list changed in place: another thread's import may be iterating it
+    sys.meta_path = [finder, *sys.meta_path]
     try:
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
     finally:
-        sys.meta_path.remove(finder)
+        sys.meta_path = [entry for entry in sys.meta_path if entry is not finder]
     arraymath = sys.modules.get("numba.np.arraymath")
     if (finder.refused and getattr(arraymath, "_HAVE_BLAS", None) is False
             and callable(getattr(arraymath, "_check_blas", None))):

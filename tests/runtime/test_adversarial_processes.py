@@ -262,6 +262,27 @@ def test_numbas_blas_probe_waits_for_numbas_first_use_of_it(blas, tmp_path):
     assert done.stdout.split() == ["False", str(blas), str(blas), "True"]
 
 
+def test_the_set_up_never_changes_the_import_finders_list_in_place():
+    """Another thread's import iterates ``sys.meta_path`` as it is: the set-up swaps in new
+    lists (a finder removed in place would make that import skip the next finder)."""
+    done = _child_with("""
+        import sys
+        changed = []
+        class Watched(list):
+            def insert(self, *a): changed.append("insert"); super().insert(*a)
+            def remove(self, *a): changed.append("remove"); super().remove(*a)
+            def pop(self, *a): changed.append("pop"); return super().pop(*a)
+            def __delitem__(self, *a): changed.append("del"); super().__delitem__(*a)
+            def __setitem__(self, *a): changed.append("set"); super().__setitem__(*a)
+        watched = Watched(sys.meta_path)
+        sys.meta_path = watched
+        from custom_ops._threads import compiled
+        compiled("_layout_loops")
+        print(changed, list(watched) == list(sys.meta_path))
+        """)
+    assert done.stdout.split() == ["[]", "True"]
+
+
 def test_the_deferred_blas_probe_refuses_no_other_import():
     """The finder refuses ``scipy.linalg`` only to numba's probe on the setting-up thread."""
     from custom_ops._jit import _DeferBlasProbe
