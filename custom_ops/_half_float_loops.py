@@ -10,6 +10,9 @@ inside (and their caches go stale when this file changes: see
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -86,14 +89,6 @@ def half_operand(typingctx, bits):
     return types.float32(types.uint16), codegen
 
 
-def widened(target, x):
-    """``x`` as it is added into the array ``target``: float16 bits (uint16) into a float32
-    array as their float32 value (:func:`half_to_float`), anything else as it is (compiled
-    through :func:`_widened`). A loop that sums in its input's own type never reads uint16
-    into float32, so that uint16 inputs of their own stay integers."""
-    return x
-
-
 def _half_into_float(target, x) -> bool:
     """Whether ``x`` is float16 bits (uint16) going into the float32 array ``target``."""
     return (isinstance(x, types.Integer) and x.bitwidth == 16 and not x.signed
@@ -106,26 +101,37 @@ def _float_into_half(target, x) -> bool:
             and x == types.float32)
 
 
-@overload(widened, inline="always")
-def _widened(target, x):
-    if _half_into_float(target, x):
-        return lambda target, x: half_to_float(x)
-    return lambda target, x: x
+def _converting(applies: Callable[[Any, Any], bool], convert: Any
+                ) -> Callable[[Callable], Callable]:
+    """Make an identity ``(target, x) -> x`` (its docstring says what it stands for) compile
+    in numba as ``convert(x)`` where ``applies(target, x)`` holds for the argument types, as
+    ``x`` elsewhere."""
+    def decorate(identity: Callable) -> Callable:
+        @overload(identity, inline="always")
+        def compiled(target, x):
+            if applies(target, x):
+                return lambda target, x: convert(x)
+            return lambda target, x: x
+        return identity
+    return decorate
 
 
+@_converting(_half_into_float, half_to_float)
+def widened(target, x):
+    """``x`` as it is added into the array ``target``: float16 bits (uint16) into a float32
+    array as their float32 value (:func:`half_to_float`), anything else as it is. A loop that
+    sums in its input's own type never reads uint16 into float32, so that uint16 inputs of
+    their own stay integers."""
+    return x
+
+
+@_converting(_half_into_float, half_operand)
 def summand(target, x):
     """``x`` as a sum in the array ``target`` adds it: :func:`widened`, but float16 bits by
     :func:`half_operand` (a signalling NaN comes out quiet, as the arithmetic makes it anyway;
     only for values that ``+ - * /`` take next: ``abs``, for one, may then give NaN another
-    sign bit). Compiled through :func:`_summand`."""
+    sign bit)."""
     return x
-
-
-@overload(summand, inline="always")
-def _summand(target, x):
-    if _half_into_float(target, x):
-        return lambda target, x: half_operand(x)
-    return lambda target, x: x
 
 
 @jit
@@ -174,18 +180,11 @@ def half_of_sum(typingctx, value):
     return types.uint16(types.float32), codegen
 
 
+@_converting(_float_into_half, half_of_sum)
 def stored_sum(target, x):
     """A sum ``x`` as the array ``target`` stores it: :func:`narrowed`, but into float16 bits by
-    :func:`half_of_sum` (only for results of arithmetic, never a signalling NaN). Compiled
-    through :func:`_stored_sum`."""
+    :func:`half_of_sum` (only for results of arithmetic, never a signalling NaN)."""
     return x
-
-
-@overload(stored_sum, inline="always")
-def _stored_sum(target, x):
-    if _float_into_half(target, x):
-        return lambda target, x: half_of_sum(x)
-    return lambda target, x: x
 
 
 @intrinsic
@@ -200,15 +199,15 @@ def float_bits(typingctx, value):
     return types.uint32(types.float32), codegen
 
 
+@jit
+def _half_bits(value):
+    """:func:`float_to_half` of the float32 ``value``."""
+    return float_to_half(float_bits(value))
+
+
+@_converting(_float_into_half, _half_bits)
 def narrowed(target, x):
     """``x`` as the array ``target`` stores it: a float32 into a uint16 array as the bits of
-    the float16 nearest it (:func:`float_to_half`), anything else as it is (compiled through
-    :func:`_narrowed`)."""
+    the float16 nearest it (:func:`float_to_half`), anything else as it is."""
     return x
 
-
-@overload(narrowed, inline="always")
-def _narrowed(target, x):
-    if _float_into_half(target, x):
-        return lambda target, x: float_to_half(float_bits(x))
-    return lambda target, x: x
