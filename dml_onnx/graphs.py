@@ -15,6 +15,7 @@ import onnx
 from google.protobuf import (
     json_format,
     text_format,
+    unknown_fields,
 )
 from google.protobuf.message import DecodeError, Message
 
@@ -164,7 +165,9 @@ def with_initializers(model: onnx.ModelProto,
 
 
 def _copy_fields(source: Message, target: Message, skipped: str) -> None:
-    """Copy every field of ``source`` into ``target`` but ``skipped``, which is never read."""
+    """Copy every field of ``source`` into ``target`` but ``skipped``, which is never read,
+    fields that the schema does not know included (a newer onnx's, or a damaged file's: they
+    stay as protobuf's parser keeps them)."""
     for field, value in source.ListFields():
         if field.name == skipped:
             continue
@@ -174,6 +177,35 @@ def _copy_fields(source: Message, target: Message, skipped: str) -> None:
             setattr(target, field.name, value)
         else:  # a repeated field
             getattr(target, field.name).extend(value)
+    target.MergeFromString(_encoded(unknown_fields.UnknownFieldSet(source)))
+
+
+def _encoded(fields: unknown_fields.UnknownFieldSet) -> bytes:
+    """Unknown fields in protobuf's wire format, as they were read."""
+    out = bytearray()
+    for field in fields:
+        out += varint_bytes(field.field_number << 3 | field.wire_type)
+        if field.wire_type == 0:  # varint
+            out += varint_bytes(field.data)
+        elif field.wire_type == 1:  # 64-bit
+            out += field.data.to_bytes(8, "little")
+        elif field.wire_type == 2:  # length-delimited
+            out += varint_bytes(len(field.data)) + field.data
+        elif field.wire_type == 3:  # a group, up to its end tag
+            out += _encoded(field.data) + varint_bytes(field.field_number << 3 | 4)
+        else:  # 32-bit
+            out += field.data.to_bytes(4, "little")
+    return bytes(out)
+
+
+def varint_bytes(value: int) -> bytes:
+    """``value`` (unsigned) as a protobuf varint."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.GraphProto:

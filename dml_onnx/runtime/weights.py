@@ -32,6 +32,7 @@ from dml_onnx.graphs import (
     load_model,
     model_source,
     parse_model,
+    varint_bytes,
     with_initializers,
 )
 
@@ -215,7 +216,7 @@ def in_memory_files(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
 
 def _field(number: int, size: int) -> bytes:
     """The tag and length of a length-delimited field."""
-    return _varint_bytes(number << 3 | 2) + _varint_bytes(size)
+    return varint_bytes(number << 3 | 2) + varint_bytes(size)
 
 
 class _FileData:
@@ -368,12 +369,3 @@ def _varint(data: bytes | _FileData | memoryview, position: int) -> tuple[int, i
         shift += 7
         if shift > 63:
             raise ValueError("varint longer than 10 bytes")
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
