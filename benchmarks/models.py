@@ -15,7 +15,7 @@ agree, then prints per model the median of ``--repeat`` whole runs of each in ea
 alternating rounds (a new session each), and, from
 onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session's trace
 holds its kernel calls as nodes too), the node time per run summed per op type for the types
-that take the most time, after two warm-up runs.
+that take the most time: per type the median over ``--repeat`` runs, after two warm-up runs.
 
 With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
 as ``python -m benchmarks.run`` does. The models are exported in other child processes, so
@@ -145,20 +145,22 @@ def _times_ms(run: Callable[[], object], repeat: int) -> list[float]:
 
 def node_times(make: Callable[[ort.SessionOptions], _Session], feeds: dict, cores: int,
                runs: int, folder: str) -> dict[str, float]:
-    """Milliseconds per run spent in each op type, from onnxruntime's profiler."""
+    """Milliseconds per run spent in each op type, from onnxruntime's profiler: per op type,
+    the median over ``runs`` runs of the run's total (a mean of a few runs of millisecond
+    nodes moves with one late thread wake-up)."""
     session = make(_options(cores, os.path.join(folder, "profile")))
     for _ in range(runs + _WARM_UP_RUNS):
         session.run(None, feeds)
     path = session.end_profiling()
-    totals: dict[str, float] = defaultdict(float)
-    finished = 0  # runs finished: a run's nodes are logged before its "model_run" event
+    per_run: list[dict[str, float]] = [defaultdict(float)]
     for event in json.loads(Path(path).read_text()):
         if event.get("cat") == "Session" and event.get("name") == "model_run":
-            finished += 1
-        elif finished >= _WARM_UP_RUNS and event.get("cat") == "Node" and \
-                event.get("name", "").endswith("_kernel_time"):
-            totals[_op_type(event["args"]["op_name"])] += event["dur"]
-    return {op: us / 1000 / runs for op, us in totals.items()}
+            per_run.append(defaultdict(float))  # a run's nodes are logged before its end
+        elif event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            per_run[-1][_op_type(event["args"]["op_name"])] += event["dur"] / 1000
+    counted = per_run[_WARM_UP_RUNS:-1]
+    return {op: statistics.median(run.get(op, 0.0) for run in counted)
+            for op in {op for run in counted for op in run}}
 
 
 _WARM_UP_RUNS = 2
@@ -215,7 +217,7 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
                                          for side in ("stock", "raised"))
     for side, make in (("stock", plain), ("raised", ours)):
         with tempfile.TemporaryDirectory() as folder:
-            nodes = node_times(make, feeds, cores, max(repeat // 2, 2), folder)
+            nodes = node_times(make, feeds, cores, repeat, folder)
         setattr(result, f"{side}_nodes", nodes)
         _settle()
     result.agrees = _agree(outputs["raised"], outputs["stock"])
@@ -335,7 +337,8 @@ def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
             f"{args.proposals} proposals, median of {ROUNDS} alternating rounds of {args.repeat} "
             f"runs. At k cores every "
             f"session has k intra-op threads and the process k CPUs.\n\n{table(results)}\n\n"
-            f"Node time per run (onnxruntime's profiler), by op type:\n\n"
+            f"Node time per run (onnxruntime's profiler), by op type, the median of "
+            f"{args.repeat} runs:\n\n"
             f"{node_table(results)}\n")
 
 

@@ -4,6 +4,7 @@ peers; and the memory bound at its sizes."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 import sys
 
@@ -100,3 +101,32 @@ def test_the_models_script_reports_ratios_failures_and_op_types():
     assert module._op_type("Conv") == "Conv"
     assert module._agree([np.ones(3)], [np.ones(3)]) == "yes"
     assert module._agree([np.ones(3)], [np.zeros(3)]).startswith("no")
+
+
+def test_the_models_script_takes_the_median_run_of_each_op_type(tmp_path):
+    """node_times: warm-up runs left out; per op type the median of the runs' totals, so that
+    one slow run does not move it."""
+    runs = [(900, 900), (3000, 1000), (1000, 1000), (1200, 50000), (5000, 1000)]  # us each
+    trace = []  # 2 warm-up runs, then 3 counted; each RoiAlign1 twice per run
+    for align, conv in runs:
+        for name, op, dur in (("a", "RoiAlign1_float_int64", align), ("b", "Conv", conv),
+                              ("c", "RoiAlign1_float_int64", align)):
+            trace.append({"cat": "Node", "name": f"{name}_kernel_time", "dur": dur,
+                          "args": {"op_name": op}})
+        trace.append({"cat": "Session", "name": "model_run", "dur": 1})
+
+    class Profiled:
+        def __init__(self, options):
+            self.runs = 0
+
+        def run(self, names, feeds):
+            self.runs += 1
+
+        def end_profiling(self):
+            assert self.runs == len(runs)
+            path = tmp_path / "trace.json"
+            path.write_text(json.dumps(trace))
+            return str(path)
+
+    times = models.node_times(Profiled, {}, 1, 3, str(tmp_path))
+    assert times == {"RoiAlign1": 2.4, "Conv": 1.0}
