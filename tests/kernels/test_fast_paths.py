@@ -247,6 +247,7 @@ def test_run_parallel_tasks_see_the_callers_errstate(monkeypatch):
     ((1, 256, 64, 64), np.float32, np.float32),  # above GRAIN: the compiled tiles
     ((3, 13, 37, 41), np.float16, np.float32),  # bands that cross images, float16 converted
     ((2, 9, 300, 7), np.float64, np.float64),  # channels not a multiple of the tile
+    ((3, 20, 33, 37), np.float32, np.float32),  # 8 x 8 blocks and what is left of them
     ((1, 2, 3, 4), np.float32, np.float32),  # within GRAIN: one numpy call
 ])
 def test_channels_last_is_an_exact_transpose(shape, dtype, target, threads):
@@ -262,6 +263,16 @@ def test_channels_last_is_an_exact_transpose(shape, dtype, target, threads):
             np.testing.assert_array_equal(got, given.transpose(0, 2, 3, 1).astype(target))
     finally:
         _threads.thread_limit.reset(token)
+
+
+def test_channels_last_moves_float32_bits_unchanged():
+    """The 8 x 8 blocks move bits: NaN payloads, signalling NaNs, subnormals and signed zeros
+    come out as they went in."""
+    bits = np.random.default_rng(4).integers(0, 1 << 32, (2, 24, 40, 41), dtype=np.uint32)
+    bits[0, :, 0, :8] = [0x7F800001, 0xFFC00123, 0x80000000, 0x00000001, 0x7F800000,
+                         0xFF800000, 0x7FBFFFFF, 0x807FFFFF]
+    got = _threads.channels_last(bits.view(np.float32), np.dtype(np.float32))
+    np.testing.assert_array_equal(got.view(np.uint32), bits.transpose(0, 2, 3, 1))
 
 
 def test_channels_last_converts_every_float16_exactly():
