@@ -67,7 +67,8 @@ def transpose_rows(planes, out, start, stop):
     """``out[n, p, :] = planes[n, :, p]`` for the flat rows ``n * P + p`` in ``start:stop``
     (``planes [N, C, P]``, ``out [N, P, C]``, converted to ``out``'s element type; uint16
     ``planes`` are float16 bits, read through :data:`HALF_TABLE`), one tile of :data:`PIXELS`
-    pixels by :data:`CHANNELS` channels at a time."""
+    pixels by :data:`CHANNELS` channels at a time: 8 x 8 blocks where both are 32-bit floats
+    (:func:`_move_blocks`), value by value otherwise."""
     channels, pixels = planes.shape[1], planes.shape[2]
     source, target = planes.reshape(-1), out.reshape(-1)
     row = start
@@ -79,38 +80,44 @@ def transpose_rows(planes, out, start, stop):
             p1 = min(p0 + PIXELS, last)
             for c0 in range(0, channels, CHANNELS):
                 c1 = min(c0 + CHANNELS, channels)
-                read = (image * channels + c0) * pixels  # planes[image, c0, 0]
-                written = image * pixels * channels + c0  # out[image, 0, c0]
                 p = p0
-                if c1 - c0 == CHANNELS:
+                if c1 - c0 == CHANNELS and _blockwise(planes, out):
+                    read = (image * channels + c0) * pixels  # planes[image, c0, 0]
+                    written = image * pixels * channels + c0  # out[image, 0, c0]
                     p += _move_blocks(source, read + p0, pixels, target,
                                       written + p0 * channels, channels, p1 - p0)
-                for q in range(p, p1):  # flat indices (3-D ones here halve the blocks' speed)
-                    for c in range(c1 - c0):
-                        target[written + q * channels + c] = _value(source[read + c * pixels
-                                                                           + q])
+                    for q in range(p, p1):  # flat (3-D indices here halved the blocks' speed)
+                        for c in range(CHANNELS):
+                            target[written + q * channels + c] = _value(source[read + c * pixels
+                                                                               + q])
+                else:  # 3-D indices (flat ones made the float16 tiles a quarter slower)
+                    for q in range(p, p1):
+                        for c in range(c0, c1):
+                            out[image, q, c] = _value(planes[image, c, q])
         row += last - first
 
 
+def _blockwise(planes, out):
+    """Whether :func:`transpose_rows` moves ``planes`` to ``out`` in 8 x 8 blocks: both of
+    one 32-bit element type (a constant of the compiled types)."""
+
+
+@overload(_blockwise)
+def _blockwise_of(planes, out):
+    blocks = planes.dtype == out.dtype and planes.dtype.bitwidth == 32
+    return lambda planes, out: blocks
+
+
+@jit
 def _move_blocks(source, start, step, target, first, stride, count):
-    """Move the first ``count // 8 * 8`` of ``count`` pixels of 8 channels, 8 x 8 at a time:
-    ``target[first + p * stride + c] = source[start + c * step + p]``; return how many
-    pixels moved (0 where the element types differ or are not 32-bit: the caller's loop
-    moves those)."""
-
-
-@overload(_move_blocks)
-def _move_blocks_of(source, start, step, target, first, stride, count):
-    if source.dtype != target.dtype or source.dtype.bitwidth != 32:
-        return lambda source, start, step, target, first, stride, count: 0
-
-    def move(source, start, step, target, first, stride, count):
-        moved = 0
-        while moved + 8 <= count:
-            _transpose_8x8(source, start + moved, step, target, first + moved * stride, stride)
-            moved += 8
-        return moved
-    return move
+    """Move the first ``count // 8 * 8`` of ``count`` pixels of 8 channels of 32-bit values,
+    8 x 8 at a time: ``target[first + p * stride + c] = source[start + c * step + p]``;
+    return how many pixels moved."""
+    moved = 0
+    while moved + 8 <= count:
+        _transpose_8x8(source, start + moved, step, target, first + moved * stride, stride)
+        moved += 8
+    return moved
 
 
 _UNPACK = ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])
