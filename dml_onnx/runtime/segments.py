@@ -35,7 +35,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import nested_graphs, subgraphs, unused_prefix, walk_nodes
+from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
 from dml_onnx.runtime.rewrite import _plan_node
 from dml_onnx.runtime.weights import in_memory_files
@@ -85,15 +85,17 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     outputs = [value.name for value in graph.output]
     ends = set(inputs) | set(outputs)
     custom = [node.domain == DOMAIN for node in graph.node]
+    held = [tuple(subgraphs(node)) for node in graph.node]  # each node's, walked once
     if (not any(c and any(v and v not in ends for v in (*n.input, *n.output))
                 for c, n in zip(custom, graph.node))
-            or any(n.domain == DOMAIN for g in nested_graphs(graph) for n in g.node)
+            or any(n.domain == DOMAIN for graphs in held for g in graphs
+                   for n in walk_nodes(g))
             or any(n.domain == DOMAIN for f in model.functions for n in walk_nodes(f))
             or initializers & set(inputs) or len(initializers) != len(graph.initializer)
             or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
         return None
-    wiring = _Wiring(model, custom, elem_types, ranks)
+    wiring = _Wiring(model, custom, held, elem_types, ranks)
     if not wiring.sorted:
         return None
     levels = _levels(graph.node, wiring.reads, custom)
@@ -111,11 +113,11 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     return steps
 
 
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """The values ``node`` reads: its inputs and what its subgraphs read by name (a superset:
-    names a subgraph defines itself match no value of the main graph)."""
+def _reads(node: onnx.NodeProto, held: Sequence[onnx.GraphProto]) -> set[str]:
+    """The values ``node`` reads: its inputs and what its subgraphs (``held``) read by name (a
+    superset: names a subgraph defines itself match no value of the main graph)."""
     names = {name for name in node.input if name}
-    for graph in subgraphs(node):
+    for graph in held:
         names.update(name for inner in walk_nodes(graph) for name in inner.input)
         names.update(value.name for value in graph.output)
     return names
@@ -143,7 +145,8 @@ class _Wiring:
     convolutions out of the NCHWc form: 3x slower)."""
 
     def __init__(self, model: onnx.ModelProto, custom: Sequence[bool],
-                 elem_types: Mapping[str, int], ranks: Mapping[str, int]):
+                 held: Sequence[Sequence[onnx.GraphProto]], elem_types: Mapping[str, int],
+                 ranks: Mapping[str, int]):
         graph = self.graph = model.graph
         self.model, self.custom, self.elem_types, self.ranks = model, custom, elem_types, ranks
         self.declared = {value.name: value for value in (*graph.input, *graph.output)}
@@ -153,14 +156,14 @@ class _Wiring:
         self.producer: dict[str, int] = {}
         self.readers: dict[str, set[int]] = {}
         self.constant: set[int] = set()
-        self.reads = [_reads(node) for node in graph.node]  # by node index
+        self.reads = [_reads(node, graphs) for node, graphs in zip(graph.node, held)]
         made = {name for node in graph.node for name in node.output if name}
         self.sorted = True  # every value made before it is read (onnxruntime sorts otherwise)
         for index, (node, reads) in enumerate(zip(graph.node, self.reads)):
             for name in reads:
                 self.readers.setdefault(name, set()).add(index)
                 self.sorted &= name not in made or name in self.producer
-            if not custom[index] and not any(True for _ in subgraphs(node)) and (all(
+            if not custom[index] and not held[index] and (all(
                     name in self.initializers or self.producer.get(name) in self.constant
                     for name in reads) or _static_shape_of(node, static)):
                 self.constant.add(index)
