@@ -267,11 +267,13 @@ def test_channels_last_is_an_exact_transpose(shape, dtype, target, threads):
 
 def test_channels_last_moves_float32_bits_unchanged():
     """The 8 x 8 blocks move bits: NaN payloads, signalling NaNs, subnormals and signed zeros
-    come out as they went in."""
+    come out as they went in, from a read-only map too."""
     bits = np.random.default_rng(4).integers(0, 1 << 32, (2, 24, 40, 41), dtype=np.uint32)
     bits[0, :, 0, :8] = [0x7F800001, 0xFFC00123, 0x80000000, 0x00000001, 0x7F800000,
                          0xFF800000, 0x7FBFFFFF, 0x807FFFFF]
-    got = _threads.channels_last(bits.view(np.float32), np.dtype(np.float32))
+    X = bits.view(np.float32)
+    X.flags.writeable = False  # a session's read-only input: the other compiled signature
+    got = _threads.channels_last(X, np.dtype(np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), bits.transpose(0, 2, 3, 1))
 
 
