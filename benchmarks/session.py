@@ -10,10 +10,14 @@ onnxruntime on the stock file, ``dml_onnx.InferenceSession`` on the raised one) 
 run, without session options (dml_onnx then hands the weights to onnxruntime as arrays) and
 with options of the caller's (``intra_op_num_threads`` = ``--threads``; dml_onnx then hands
 them over as external-data files in memory, which onnxruntime copies: external initializers
-added to the caller's options would outlive the session), all in one process; then, in
-three alternating rounds of fresh processes, the time to create the one session (what a
-program that creates its session once pays: its memory's pages are new) and how far creating
-it raises the peak resident memory.
+added to the caller's options would outlive the session). Each kind of session is created in
+processes of its own, three alternating rounds: the first creation in a process (what a
+program that creates its session once pays: its memory's pages are new), how far it raises
+the peak resident memory, and the median of ``--repeat`` creations after it in that process
+(what a program that creates the session again pays). A process of its own for each kind:
+in one process, plain onnxruntime's creation took 202 ms right after one of ours with the
+caller's options was freed and 292 ms right after one without (the same session, 2-core
+machine), because what the last session freed decides how fast the next one's memory comes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,14 +56,6 @@ def _export(folder: Path) -> tuple[Path, Path, np.ndarray]:
     onnx.save(stock, paths[0])
     onnx.save(raised.model, paths[1])
     return *paths, image.numpy()
-
-
-def _seconds(make: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    made = make()
-    seconds = time.perf_counter() - start
-    del made
-    return seconds
 
 
 def main() -> None:
@@ -98,36 +93,30 @@ def main() -> None:
             start = time.perf_counter()
             session.run(None, feeds)
             first_run[key] = time.perf_counter() - start
-        samples: dict[tuple[str, str], list[float]] = {key: [] for key in makers}
-        for _ in range(args.repeat):  # rounds of one session each: drift hits every side
-            for key, make in makers.items():
-                samples[key].append(_seconds(make))
-        created = {key: statistics.median(times) for key, times in samples.items()}
-        print("| session | options | created ms | first run ms |")
-        print("|---|---|---:|---:|")
-        for (who, how), seconds in created.items():
-            print(f"| {who} | {how} | {seconds * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")
-        fresh: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in makers}
-        for _ in range(FRESH_ROUNDS):  # alternating, as above
+        rounds: dict[tuple[str, str], list[tuple[float, float, float]]] = {
+            key: [] for key in makers}
+        for _ in range(ROUNDS):  # alternating: drift hits every side
             for who, how in makers:
-                fresh[who, how].append(
-                    _fresh(who, how, stock if who == "onnxruntime" else raised))
-        alone = {key: statistics.median(s for s, _ in runs) for key, runs in fresh.items()}
-        peaks = {key: statistics.median(m for _, m in runs) for key, runs in fresh.items()}
-        print("\n| session | options | created in a fresh process, ms | peak memory of "
-              "creation, MB |\n|---|---|---:|---:|")
-        for (who, how), megabytes in peaks.items():
-            print(f"| {who} | {how} | {alone[who, how] * 1e3:.0f} | {megabytes:.0f} |")
+                rounds[who, how].append(_in_process(
+                    who, how, stock if who == "onnxruntime" else raised, args.repeat, args.threads))
+        first, peaks, again = ({key: statistics.median(r[k] for r in runs)
+                                for key, runs in rounds.items()} for k in range(3))
+        print("| session | options | first creation, ms | peak memory of it, MB | "
+              f"created again, ms (median of {args.repeat}) | first run ms |")
+        print("|---|---|---:|---:|---:|---:|")
+        for who, how in makers:
+            print(f"| {who} | {how} | {first[who, how] * 1e3:.0f} | {peaks[who, how]:.0f} | "
+                  f"{again[who, how] * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")
     for how in ("no options", "the caller's options"):
-        ratio = created["dml_onnx", how] / created["onnxruntime", how]
-        first = alone["dml_onnx", how] / alone["onnxruntime", how]
-        memory = peaks["dml_onnx", how] / peaks["onnxruntime", how]
-        print(f"creation, {how}: dml_onnx / onnxruntime {ratio:.2f} in time (median of "
-              f"{args.repeat} in one process), {first:.2f} in a fresh process (median of "
-              f"{FRESH_ROUNDS}), {memory:.2f} in peak memory")
+        ratios = [mine["dml_onnx", how] / mine["onnxruntime", how]
+                  for mine in (first, peaks, again)]
+        print(f"creation, {how}: dml_onnx / onnxruntime {ratios[0]:.2f} in time in a fresh "
+              f"process, {ratios[1]:.2f} in peak memory, {ratios[2]:.2f} in time created again "
+              f"(medians of {ROUNDS} processes)")
 
 
-_PEAK = """
+_PROCESS = """
+import statistics
 import sys
 import time
 import onnxruntime as ort
@@ -140,32 +129,49 @@ def peak():  # kB; ru_maxrss would carry the parent's peak over the exec
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
 
 
-who, how, path = sys.argv[1:]
-options = ort.SessionOptions() if how != "no options" else None
+who, how, path, repeat, threads = sys.argv[1:6]
+make = ort.InferenceSession if who == "onnxruntime" else dml_onnx.InferenceSession
+
+
+def options():
+    made = ort.SessionOptions()
+    made.intra_op_num_threads = int(threads)
+    return made
+
+
 before = peak()
 start = time.perf_counter()
-if who == "onnxruntime":
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-else:
-    session = dml_onnx.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-print(time.perf_counter() - start, (peak() - before) / 1024)
+session = make(path, options() if how != "no options" else None,
+               providers=["CPUExecutionProvider"])
+first, memory = time.perf_counter() - start, (peak() - before) / 1024
+again = []
+for _ in range(int(repeat)):
+    del session
+    start = time.perf_counter()
+    session = make(path, options() if how != "no options" else None,
+                   providers=["CPUExecutionProvider"])
+    again.append(time.perf_counter() - start)
+print(first, memory, statistics.median(again))
 """
 
 
-FRESH_ROUNDS = 3
-"""Fresh processes per session kind (:func:`_fresh`)."""
+ROUNDS = 3
+"""Processes per session kind (:func:`_in_process`)."""
 
 
-def _fresh(who: str, how: str, path: Path) -> tuple[float, float]:
-    """The seconds that creating the session takes in a fresh process that has imported both
-    packages (the one session a program creates, its memory's pages new), and how far it
-    raises that process's peak resident memory, MB (Linux's ``VmHWM``)."""
+def _in_process(who: str, how: str, path: Path, repeat: int, threads: int
+                ) -> tuple[float, float, float]:
+    """In a fresh process that has imported both packages: the seconds that creating the
+    session takes (its memory's pages new), how far that raises the process's peak resident
+    memory, MB (Linux's ``VmHWM``), and the median seconds of ``repeat`` creations after it;
+    options, where given, with ``threads`` intra-op threads."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", _PEAK, who, how, str(path)], check=True,
-                          capture_output=True, text=True)
-    seconds, megabytes = done.stdout.split()[-2:]
-    return float(seconds), float(megabytes)
+    done = subprocess.run([sys.executable, "-c", _PROCESS, who, how, str(path), str(repeat),
+                           str(threads)],
+                          check=True, capture_output=True, text=True)
+    first, megabytes, again = done.stdout.split()[-3:]
+    return float(first), float(megabytes), float(again)
 
 
 if __name__ == "__main__":

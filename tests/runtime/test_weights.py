@@ -6,6 +6,7 @@ they read, are in ``test_weights_sessions``."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import onnx
@@ -108,6 +109,63 @@ def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
     light, arrays = load_without_weights(path if source == "path" else path.read_bytes())
     assert len(started) == (4 if threads == "several" else 0)
     _check_split(model, light, arrays)
+
+
+def _mapping_flags(address: int) -> list[str]:
+    """The ``VmFlags`` of the mapping that holds ``address`` (Linux's ``/proc/self/smaps``)."""
+    mapping = None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(bound, 16) for bound in head.split("-"))
+                mapping = start <= address < end
+            elif head == "VmFlags:" and mapping:
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux's map of memory")
+def test_large_weights_lie_in_a_mapping_of_default_pages(tmp_path):
+    """A model's weights of 4 MiB and more share an anonymous mapping that is not advised
+    huge pages (numpy advises them for its own arrays from 4 MiB): how long huge pages take
+    to fault depends on what the process freed before. The arrays are writable and hold
+    exactly their values."""
+    weights = [_tensor(f"w{k}", RNG.standard_normal(size, dtype=np.float32))
+               for k, size in enumerate([1 << 20, BIG, 300_000])]
+    model = _model(weights)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    light, arrays = load_without_weights(path)
+    _check_split(model, light, arrays)
+    for array in arrays.values():
+        assert array.flags.writeable
+        for address in array.ctypes.data, array.ctypes.data + array.nbytes - 1:
+            assert "hg" not in _mapping_flags(address)
+    try:  # numpy 2
+        from numpy._core import multiarray
+    except ImportError:
+        from numpy.core import multiarray
+    if multiarray._get_madvise_hugepage():  # the check sees numpy's advice where it is given
+        own = np.empty(1 << 23, np.uint8)  # advised from its first whole page on
+        assert "hg" in _mapping_flags(own.ctypes.data + own.nbytes - 1)
+
+
+def test_a_block_the_system_cannot_map_raises_memory_error(monkeypatch):
+    """Where the mapping fails (a memory limit), ``MemoryError`` names the size, as numpy's
+    allocation does."""
+    import errno
+    import mmap
+
+    from dml_onnx.runtime import weights
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(MemoryError, match="cannot map 8388608 bytes for the weights"):
+        weights._block(1 << 23)
+    assert weights._block(1000).size == 1000  # small blocks: numpy's
 
 
 def test_external_data_files_are_read_as_onnx_load_reads_them(tmp_path):
