@@ -419,3 +419,114 @@ def test_kernels_that_run_first_get_a_checked_feed():
                 {**feeds, "X": feeds["X"].astype(np.float64)}):
         with pytest.raises(Exception, match="unused|dimensions|data type"):
             session.run(None, bad)
+
+
+def _scatter_after_kernel(reduction=None, second_reader=False, late_indices=False):
+    """Conv -> RoiAlign1 -> ScatterND(its output, indices, updates) -> Neg: the indices are
+    made in the first segment from a graph input (``late_indices``: clipped to the kernel's
+    output's length, so made after the kernel), the updates are a graph input;
+    ``second_reader``: a Relu reads the kernel's output too."""
+    rng = np.random.default_rng(5)
+    align = {"output_size": [2, 2], "spatial_scale_x": 1.0, "spatial_scale_y": 1.0}
+    rows = [helper.make_node("Shape", ["A"], ["count"], start=0, end=1),
+            helper.make_node("Sub", ["count", "one"], ["last"]),
+            helper.make_node("Min", ["where_i", "last"], ["rows"])] if late_indices else \
+        [helper.make_node("Identity", ["where_i"], ["rows"])]
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["F"], pads=[1, 1, 1, 1]),
+        dml_onnx.roi_align1("F", "rois", "batch", "A", name="align", **align),
+        helper.make_node("Cast", ["where"], ["where_i"], to=TensorProto.INT64),
+        *rows,
+        helper.make_node("Reshape", ["rows", "column"], ["indices"]),
+        helper.make_node("ScatterND", ["A", "indices", "updates"], ["S"], name="scatter",
+                         **({"reduction": reduction} if reduction else {})),
+        helper.make_node("Neg", ["S"], ["Y"])]
+    outputs = [_value("Y")]
+    if second_reader:
+        nodes.append(helper.make_node("Relu", ["A"], ["R"]))
+        outputs.append(_value("R"))
+    model = dml_onnx.make_model(
+        nodes, [_value("X", FLOAT, [1, 3, 6, 6]), _value("where", FLOAT, [None]),
+                _value("updates", FLOAT, [None, 4, 2, 2])], outputs,
+        initializers=[
+            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W"),
+            numpy_helper.from_array(np.array([[0, 0, 4, 4], [1, 1, 5, 5], [0, 2, 3, 5]],
+                                             np.float32), "rois"),
+            numpy_helper.from_array(np.zeros(3, np.int64), "batch"),
+            numpy_helper.from_array(np.array([-1, 1], np.int64), "column"),
+            numpy_helper.from_array(np.array([1], np.int64), "one")])
+    feeds = {"X": rng.standard_normal((1, 3, 6, 6)).astype(np.float32),
+             "where": np.array([2, -3], np.float32),  # rows 2 and 0 (negative: from the end)
+             "updates": rng.standard_normal((2, 4, 2, 2)).astype(np.float32)}
+    return model, feeds
+
+
+def _kinds(session):
+    return [type(step).__name__ for step in session._split.steps]
+
+
+@pytest.mark.parametrize("reduction", [None, "none"])
+def test_a_scatter_into_a_kernels_output_runs_on_its_array(reduction, monkeypatch):
+    """A ScatterND (no reduction) into a kernel's output that nothing else reads runs right
+    after the kernel on the kernel's own array, with a negative index as onnxruntime reads
+    it; the result equals the one-session route's (onnxruntime's scatter)."""
+    model, feeds = _scatter_after_kernel(reduction)
+    session = dml_onnx.InferenceSession(model)
+    assert _kinds(session) == ["tuple", "Kernel", "InPlace", "tuple"]
+    written = []
+    call = segments.SplitRun._call
+
+    def spy(self, kernel, values):
+        call(self, kernel, values)
+        written.append(values["A"])
+
+    monkeypatch.setattr(segments.SplitRun, "_call", spy)
+    got = session.run(None, feeds)[0]
+    np.testing.assert_array_equal(got, _one_session(model, feeds)[0])
+    np.testing.assert_array_equal(written[0][[2, 0]], feeds["updates"])  # in the kernel's array
+    empty = {**feeds, "where": np.zeros(0, np.float32),  # no row replaced
+             "updates": np.zeros((0, 4, 2, 2), np.float32)}
+    np.testing.assert_array_equal(session.run(None, empty)[0], _one_session(model, empty)[0])
+
+
+@pytest.mark.parametrize("where", [[3, 0], [-4, 0], [0.0, 7]])
+def test_a_scatter_index_outside_the_data_fails_as_onnxruntime_fails_it(where):
+    """An index outside ``[-s, s)`` raises onnxruntime's InvalidArgument naming the node and
+    the index, as onnxruntime's own ScatterND refuses it; the session goes on."""
+    model, feeds = _scatter_after_kernel()
+    session = dml_onnx.InferenceSession(model)
+    bad = {**feeds, "where": np.array(where, np.float32)}
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                       match=r"ScatterND node 'scatter': index \[-?\d+\] is outside the "
+                             r"data's shape \[3, 4, 2, 2\]"):
+        session.run(None, bad)
+    with pytest.raises(Exception, match="(?i)invalid|out of bound"):
+        _one_session(model, bad)
+    np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
+
+
+def test_a_scatter_with_updates_of_another_shape_fails_naming_both():
+    """Updates whose shape is not ``indices.shape[:-1] + data.shape[k:]`` are refused, as
+    onnxruntime refuses them."""
+    model, feeds = _scatter_after_kernel()
+    bad = {**feeds, "updates": feeds["updates"][:1]}
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                       match=r"'scatter': updates of type float32 and shape \[1, 4, 2, 2\], "
+                             r"not float32 \[2, 4, 2, 2\]"):
+        dml_onnx.InferenceSession(model).run(None, bad)
+    with pytest.raises(Exception, match="updates tensor should have shape"):
+        _one_session(model, bad)
+
+
+@pytest.mark.parametrize("case", ["second reader", "late indices", "reduction add"])
+def test_a_scatter_stays_in_its_segment_where_it_cannot_run_in_place(case):
+    """Where another node reads the kernel's output, the indices depend on the kernel, or
+    the scatter reduces, the ScatterND stays in onnxruntime's segment, with the same
+    results."""
+    model, feeds = _scatter_after_kernel(
+        reduction="add" if case == "reduction add" else None,
+        second_reader=case == "second reader", late_indices=case == "late indices")
+    session = dml_onnx.InferenceSession(model)
+    assert "InPlace" not in _kinds(session) and "Kernel" in _kinds(session)
+    for got, want in zip(session.run(None, feeds), _one_session(model, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)
