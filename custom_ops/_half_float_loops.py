@@ -21,13 +21,18 @@ from numba.extending import intrinsic, overload
 from custom_ops._jit import jit
 
 
-def _half_to_float_codegen(builder, half_bits):
+def half_to_float_ir(builder, half_bits, lanes=0):
     """The float32 value of the float16 whose bits are the uint16 ``half_bits``, by branch-free
-    32-bit integer arithmetic (see :func:`half_to_float`)."""
+    32-bit integer arithmetic (see :func:`half_to_float`); of each of ``lanes`` such values
+    where ``half_bits`` is a vector of them."""
     word, single = ir.IntType(32), ir.FloatType()
+    if lanes:
+        word, single = ir.VectorType(word, lanes), ir.VectorType(single, lanes)
 
-    def constant(value):
-        return ir.Constant(word, value)
+    def constant(value, kind=word):
+        if lanes:
+            return ir.Constant(kind, [ir.Constant(kind.element, value)] * lanes)
+        return ir.Constant(kind, value)
 
     half = builder.zext(half_bits, word)
     magnitude = builder.and_(half, constant(0x7FFF))
@@ -38,7 +43,7 @@ def _half_to_float_codegen(builder, half_bits):
     adjust = builder.select(large, constant(0x38000000),
                             builder.select(small, constant(0x800000), constant(0)))
     value = builder.bitcast(builder.add(rebased, adjust), single)
-    value = builder.select(small, builder.fsub(value, ir.Constant(single, 2.0 ** -14)), value)
+    value = builder.select(small, builder.fsub(value, constant(2.0 ** -14, single)), value)
     sign = builder.shl(builder.and_(half, constant(0x8000)), constant(16))
     return builder.bitcast(builder.or_(builder.bitcast(value, word), sign), single)
 
@@ -58,7 +63,7 @@ def half_to_float(typingctx, bits):
         return None
 
     def codegen(context, builder, signature, arguments):
-        return _half_to_float_codegen(builder, arguments[0])
+        return half_to_float_ir(builder, arguments[0])
 
     return types.float32(types.uint16), codegen
 
@@ -84,7 +89,7 @@ def half_operand(typingctx, bits):
     def codegen(context, builder, signature, arguments):
         if _has_f16c(context):
             return builder.fpext(builder.bitcast(arguments[0], ir.HalfType()), ir.FloatType())
-        return _half_to_float_codegen(builder, arguments[0])
+        return half_to_float_ir(builder, arguments[0])
 
     return types.float32(types.uint16), codegen
 

@@ -8,13 +8,13 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
-from custom_ops._half_float_loops import float_to_half, half_to_float
+from custom_ops._half_float_loops import float_to_half, half_to_float, half_to_float_ir
 from custom_ops._halves import HALF_TABLE
 from custom_ops._jit import jit, parallel_jit
 
 PIXELS, CHANNELS = 256, 8
 """The tile of one pass: a run of pixels of eight channels (32 bytes of each output row in
-float32), which reads and writes whole cache lines; float32 moves in blocks of 8 x 8
+float32), which reads and writes whole cache lines; into float32 it moves in blocks of 8 x 8
 (:func:`_move_blocks`)."""
 
 
@@ -67,8 +67,8 @@ def transpose_rows(planes, out, start, stop):
     """``out[n, p, :] = planes[n, :, p]`` for the flat rows ``n * P + p`` in ``start:stop``
     (``planes [N, C, P]``, ``out [N, P, C]``, converted to ``out``'s element type; uint16
     ``planes`` are float16 bits, read through :data:`HALF_TABLE`), one tile of :data:`PIXELS`
-    pixels by :data:`CHANNELS` channels at a time: 8 x 8 blocks where both are 32-bit floats
-    (:func:`_move_blocks`), value by value otherwise."""
+    pixels by :data:`CHANNELS` channels at a time: 8 x 8 blocks into float32 from float32 or
+    float16 (:func:`_move_blocks`), value by value otherwise."""
     channels, pixels = planes.shape[1], planes.shape[2]
     source, target = planes.reshape(-1), out.reshape(-1)
     row = start
@@ -90,7 +90,7 @@ def transpose_rows(planes, out, start, stop):
                         for c in range(CHANNELS):
                             target[written + q * channels + c] = _value(source[read + c * pixels
                                                                                + q])
-                else:  # 3-D indices (flat ones made the float16 tiles a quarter slower)
+                else:  # 3-D indices (flat ones made these tiles a quarter slower)
                     for q in range(p, p1):
                         for c in range(c0, c1):
                             out[image, q, c] = _value(planes[image, c, q])
@@ -99,20 +99,22 @@ def transpose_rows(planes, out, start, stop):
 
 def _blockwise(planes, out):
     """Whether :func:`transpose_rows` moves ``planes`` to ``out`` in 8 x 8 blocks: both of
-    one 32-bit element type (a constant of the compiled types)."""
+    one 32-bit element type, or float16 bits into float32 (a constant of the compiled
+    types)."""
 
 
 @overload(_blockwise)
 def _blockwise_of(planes, out):
-    blocks = planes.dtype == out.dtype and planes.dtype.bitwidth == 32
+    blocks = (planes.dtype == out.dtype and planes.dtype.bitwidth == 32
+              or planes.dtype == types.uint16 and out.dtype == types.float32)
     return lambda planes, out: blocks
 
 
 @jit
 def _move_blocks(source, start, step, target, first, stride, count):
-    """Move the first ``count // 8 * 8`` of ``count`` pixels of 8 channels of 32-bit values,
-    8 x 8 at a time: ``target[first + p * stride + c] = source[start + c * step + p]``;
-    return how many pixels moved."""
+    """Move the first ``count // 8 * 8`` of ``count`` pixels of 8 channels of 32-bit values
+    (or float16 bits into float32), 8 x 8 at a time: ``target[first + p * stride + c] =
+    source[start + c * step + p]``; return how many pixels moved."""
     moved = 0
     while moved + 8 <= count:
         _transpose_8x8(source, start + moved, step, target, first + moved * stride, stride)
@@ -130,17 +132,20 @@ and 128-bit permute): element ``j`` of row ``k`` ends as element ``k`` of row ``
 @intrinsic
 def _transpose_8x8(typingctx, source, start, step, target, first, stride):
     """``target[first + j * stride + k] = source[start + k * step + j]`` for ``j, k < 8``:
-    eight vector loads, 24 shuffles, eight vector stores (bits moved, never converted)."""
+    eight vector loads, 24 shuffles, eight vector stores (32-bit values: bits moved, never
+    converted; float16 bits: each loaded row converted to float32 exactly, as
+    :func:`~custom_ops._half_float_loops.half_to_float` converts a value)."""
     signature = types.void(source, start, step, target, first, stride)
 
     def codegen(context, builder, sig, args):
         source_array, start, step, target_array, first, stride = args
         source_data = context.make_array(sig.args[0])(context, builder, source_array).data
         target_data = context.make_array(sig.args[3])(context, builder, target_array).data
-        row_type = ir.VectorType(context.get_value_type(sig.args[0].dtype), 8)
+        halves = sig.args[0].dtype == types.uint16
 
-        def at(data, base, pitch, k):
+        def at(data, base, pitch, k, dtype):
             offset = builder.add(base, builder.mul(pitch, ir.Constant(base.type, k)))
+            row_type = ir.VectorType(context.get_value_type(dtype), 8)
             return builder.bitcast(builder.gep(data, [offset]), row_type.as_pointer())
 
         def shuffle(a, b, mask):
@@ -148,13 +153,15 @@ def _transpose_8x8(typingctx, source, start, step, target, first, stride):
                                                             mask))
         rows = []
         for k in range(8):
-            rows.append(builder.load(at(source_data, start, step, k)))
-            rows[-1].align = 4
+            rows.append(builder.load(at(source_data, start, step, k, sig.args[0].dtype)))
+            rows[-1].align = 2 if halves else 4
+            if halves:
+                rows[-1] = half_to_float_ir(builder, rows[-1], lanes=8)
         rows = [shuffle(rows[k], rows[k + 1], mask) for k in range(0, 8, 2) for mask in _UNPACK]
         rows = [shuffle(rows[k], rows[k + 2], mask) for k in (0, 1, 4, 5) for mask in _PAIRS]
         rows = [shuffle(rows[k], rows[k + 4], mask) for mask in _HALVES for k in range(4)]
         for j, row in enumerate(rows):
-            builder.store(row, at(target_data, first, stride, j)).align = 4
+            builder.store(row, at(target_data, first, stride, j, sig.args[3].dtype)).align = 4
         return context.get_dummy_value()
     return signature, codegen
 

@@ -9,6 +9,8 @@ subset it shares with RoiAlign1, the package's plain reference written straight 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -394,3 +396,34 @@ def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypa
         expected = wide.astype(np.float16)
     np.testing.assert_array_equal(Y.view(np.uint16), expected.view(np.uint16))
     _check_reached(Y, check_sampling("RoiAlign1", "", **{**DEFAULTS, **attrs}))
+
+
+def test_the_layout_follows_the_share_of_the_image_the_samples_read(monkeypatch):
+    """Samples that read 0.6 of the image: float32 reads it where it lies, float16 (whose reads
+    there go through a table) from its channels-last copy (``PLANAR_SHARE``); both compute
+    the same values, float16 rounded once."""
+    from custom_ops import _roi_loops as loops
+    from custom_ops import roi_align1
+
+    rng = np.random.default_rng(45)
+    X = _float16_image(rng, (2, 5, 160, 200))
+    corner = rng.uniform(-10, 150, (800, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(5, 40, (800, 2))], 1)
+    batch = rng.integers(0, 2, 800)
+    attrs = dict(minimum_samples_per_output=2, maximum_samples_per_output=2)
+    work = 800 * (3 * 2) * (4 * 2) * 5  # sample reads: 2 x 2 samples a bin, 5 channels
+    assert roi_align1.PLANAR_SHARE[np.dtype(np.float16)] < work / X.size < 1
+    planar_calls = []
+    for name in ("forward_planar", "forward"):
+        monkeypatch.setattr(loops, name, functools.partial(
+            lambda loop, planar, *args: (planar_calls.append(planar), loop(*args))[1],
+            getattr(loops, name), name == "forward_planar"))
+    launched = loops.forward_groups
+    monkeypatch.setattr(loops, "forward_groups", lambda planar, *args: (
+        planar_calls.append(planar), launched(planar, *args))[1])
+    Y = forward(X, rois.astype(np.float16), batch, (3, 4), **attrs)
+    half_planar, planar_calls[:] = set(planar_calls), []
+    wide = forward(X.astype(np.float32), rois.astype(np.float16).astype(np.float32), batch,
+                   (3, 4), **attrs)
+    assert half_planar == {False} and set(planar_calls) == {True}
+    np.testing.assert_array_equal(Y.view(np.uint16), wide.astype(np.float16).view(np.uint16))
