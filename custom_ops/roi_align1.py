@@ -72,8 +72,9 @@ PLANAR_SHARE = {np.dtype(np.float16): 0.4}
 """The plane-by-plane loop reads X where it lies when the samples read fewer values than this
 share of X holds (1 for a type not named): float16 reads each value through a table, about
 twice float32's cost there, while its channels-last copy converts in 8 x 8 vector blocks
-(Faster R-CNN's P2 map with 156 regions, whose samples read 0.56 of it, on the 2-core
-machine: 15.4 ms read where it lies, 12.0 ms copied; float32 8.1 and 9.5 ms)."""
+(the benchmark's FPN P2 row, X [1,256,200,272] with 156 regions whose samples read 0.56 of
+it, on the 2-core machine: 15.4 ms read where it lies, 12.0 ms copied; float32 8.1 and 9.5
+ms)."""
 FLOAT_TYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
