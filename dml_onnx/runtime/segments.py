@@ -384,11 +384,13 @@ class SplitRun:
             mine = {t.name: weights[t.name] for t in step.model.graph.initializer
                     if t.name in weights}
             if options is not None:  # onnxruntime copies the weights: none kept here
-                names, buffers = in_memory_files(step.model, mine)
+                pointed = onnx.ModelProto()
+                pointed.CopyFrom(step.model)  # the steps are kept for the next session
+                names, buffers = in_memory_files(pointed, mine)
                 if names:
                     options.add_external_initializers_from_files_in_memory(
                         names, buffers, [b.size for b in buffers])
-                made.append((options, step.model.SerializeToString()))
+                made.append((options, pointed.SerializeToString()))
             else:
                 made.append((make_options(), step.model.SerializeToString()))
                 values = [ort.OrtValue.ortvalue_from_numpy(array) for array in mine.values()]
