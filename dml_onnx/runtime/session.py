@@ -4,6 +4,7 @@ process that runs ``dml_onnx`` kernels wants (:func:`quiet_session_options`)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -22,7 +23,7 @@ from dml_onnx.runtime.hook import _state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
 from dml_onnx.runtime.rewrite import _runtime_model, checked_types
 from dml_onnx.runtime.segments import InPlace, Kernel, Segment, SplitRun, split
-from dml_onnx.runtime.weights import in_memory_files, load_without_weights
+from dml_onnx.runtime.weights import in_memory_files, read_without_weights
 
 _logger = logging.getLogger("dml_onnx")
 
@@ -53,7 +54,9 @@ class InferenceSession:
     caller's options (external initializers added to them would outlive the session and
     replace a later model's initializers of the same names), as external-data files in memory
     under random names, which onnxruntime copies while it creates the session
-    (:func:`~dml_onnx.runtime.weights.in_memory_files`).
+    (:func:`~dml_onnx.runtime.weights.in_memory_files`). The checks and the split run while
+    the weights are read, and are kept for the next session of the same graph
+    (:data:`PREPARED_MODELS`).
     """
 
     def __init__(self, path_or_bytes: str | os.PathLike | bytes | onnx.ModelProto,
@@ -62,10 +65,10 @@ class InferenceSession:
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
         # the weights as arrays that onnxruntime takes from our own options, or, with the
         # caller's options (which would keep them after us), copies from files in memory
-        model, weights = load_without_weights(path_or_bytes)
-        elem_types, ranks, steps = _prepared(  # one session writes one optimized model
-            model, strings=isinstance(path_or_bytes, onnx.ModelProto),
-            split_it=sess_options is None or not sess_options.optimized_model_filepath)
+        model, weights, (elem_types, ranks, steps) = read_without_weights(
+            path_or_bytes, functools.partial(  # one session writes one optimized model
+                _prepared, strings=isinstance(path_or_bytes, onnx.ModelProto),
+                split_it=sess_options is None or not sess_options.optimized_model_filepath))
         arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
                          provider_options=provider_options, **kwargs)
         self._threads = 0 if sess_options is None else sess_options.intra_op_num_threads  # 0: all
@@ -184,29 +187,45 @@ class InferenceSession:
 _Prepared = tuple[dict[str, int], dict[str, int], list[Segment | Kernel | InPlace] | None]
 PREPARED_MODELS = 8
 """How many models' checked types and steps the process keeps (the latest used), by the digest
-of the model without its weights: creating a session of a model again skips them (Mask R-CNN:
-60-90 ms of a 330-500 ms creation on the 2-core machine). What is kept is never changed."""
-_prepared_models: OrderedDict[tuple[bytes, bool, bool], _Prepared] = OrderedDict()
+of the model without its weights' values: creating a session of a model again skips them
+(Mask R-CNN: 60-90 ms of a 300-500 ms creation on the 2-core machine). What is kept is never
+changed."""
+PREPARED_BYTES = 1 << 28
+"""The most bytes of models (serialized, without the weights' values) whose preparations are
+kept at once: a larger one is not kept."""
+_prepared_models: OrderedDict[tuple[bytes, bool, bool], tuple[int, _Prepared]] = OrderedDict()
 _prepared_lock = threading.Lock()
 
 
 def _prepared(model: onnx.ModelProto, *, strings: bool, split_it: bool) -> _Prepared:
     """``model``'s element types and ranks (:func:`checked_types`, which raises for a bad
     model) and its steps (:func:`split`; None where it runs as one session or ``split_it`` is
-    false), from :data:`PREPARED_MODELS` where the same model (``model`` is its graph without
-    the weights' values) was prepared before."""
-    key = hashlib.sha256(model.SerializeToString()).digest(), strings, split_it
+    false), from the kept ones (:data:`PREPARED_MODELS`, :data:`PREPARED_BYTES`) where the
+    same model (``model`` is its graph without the weights' values) was prepared before."""
+    serialized = model.SerializeToString()
+    key = hashlib.sha256(serialized).digest(), strings, split_it
     with _prepared_lock:
         if key in _prepared_models:
             _prepared_models.move_to_end(key)
-            return _prepared_models[key]
+            return _prepared_models[key][1]
     elem_types, ranks = checked_types(model, strings=strings)
     prepared = elem_types, ranks, split(model, elem_types, ranks) if split_it else None
     with _prepared_lock:
-        _prepared_models[key] = prepared
-        while len(_prepared_models) > PREPARED_MODELS:
+        _prepared_models[key] = len(serialized), prepared
+        while len(_prepared_models) > PREPARED_MODELS or \
+                sum(size for size, _ in _prepared_models.values()) > PREPARED_BYTES:
             _prepared_models.popitem(last=False)
     return prepared
+
+
+def _new_prepared_lock() -> None:
+    """A forked child's lock: another thread may have held the parent's as it forked."""
+    global _prepared_lock
+    _prepared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_prepared_lock)
 
 
 ASYNC_THREADS = 4

@@ -14,15 +14,16 @@ caller's.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
 import secrets
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import overload
+from typing import TypeVar, overload
 
 import numpy as np
 import onnx
@@ -51,18 +52,33 @@ _GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 _WEIGHT_PATH = (_GRAPH, _INITIALIZER, _RAW_DATA)
 
 
+_Result = TypeVar("_Result")
+
+
 def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
     main graph as an external-data stub, and those initializers' values by name (C-contiguous,
     native byte order, owned by the caller). Raises as ``load_model`` does, and ``OSError``
     for a file that changed while it was read."""
+    light, arrays, _ = read_without_weights(model, lambda _: None)
+    return light, arrays
+
+
+def read_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto,
+                         meanwhile: Callable[[onnx.ModelProto], _Result]
+                         ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], _Result]:
+    """:func:`load_without_weights`, and what ``meanwhile(model)`` returns: it is called with
+    the model (stubs and all) while the weights are read on other threads: a session's
+    checks and split, in Python, then overlap the copies, in C, where there are cores to
+    spare (none on the 2-core machine, where the reads already take both). What
+    ``meanwhile`` raises is raised once the reads have ended."""
     if isinstance(model, onnx.ModelProto):
-        return _stub_weights(model, {})
+        return _with_result(_stub_weights(model, {}), meanwhile)
     what, path = model_source(model)
     if path is not None and onnx.serialization.registry.get_format_from_file_extension(
-            path.suffix) not in (None, "protobuf"):
-        return _stub_weights(load_model(model), {})  # a text format: nothing to split
+            path.suffix) not in (None, "protobuf"):  # a text format: nothing to split
+        return _with_result(_stub_weights(load_model(model), {}), meanwhile)
     source: _FileData | memoryview
     if path is not None:
         source = _FileData(path)
@@ -74,12 +90,26 @@ def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
             whole = data.read(0, len(data)) if isinstance(data, _FileData) else bytes(data)
-            return _stub_weights(parse_model(whole, what, path), {})
+            return _with_result(_stub_weights(parse_model(whole, what, path), {}), meanwhile)
         proto = parse_model(light, what, path)
-        arrays = _take_values(proto.graph.initializer, spans, data)
+        arrays, reads = _take_values(proto.graph.initializer, spans, data)
+        try:
+            stubbed, arrays = _stub_weights(proto, arrays)
+            result = meanwhile(stubbed)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the file's reads end before it closes
+                reads()
+            raise
+        reads()
         if isinstance(data, _FileData):
             data.check_unchanged()
-        return _stub_weights(proto, arrays)
+        return stubbed, arrays, result
+
+
+def _with_result(loaded: tuple[onnx.ModelProto, dict[str, np.ndarray]],
+                 meanwhile: Callable[[onnx.ModelProto], _Result]
+                 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], _Result]:
+    return *loaded, meanwhile(loaded[0])
 
 
 def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
@@ -97,11 +127,13 @@ def _split_off(tensor: TensorProto, span: tuple[int, int] | None,
 
 
 def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int] | None],
-                 data: _FileData | memoryview) -> dict[str, np.ndarray]:
+                 data: _FileData | memoryview
+                 ) -> tuple[dict[str, np.ndarray], Callable[[], None]]:
     """The values of the initializers whose raw_data was left out at ``spans``, by name,
     where onnxruntime can take them as arrays; the others get their raw_data back. The
     arrays share one block (:func:`_block`), each at a 64-byte boundary: one large allocation
-    fills about three times faster than thousands of small ones."""
+    fills about three times faster than thousands of small ones. The arrays are filled once
+    the returned function has returned (:func:`_fill`)."""
     taken: list[tuple[TensorProto, type[np.generic], tuple[int, int]]] = []
     unique = len({t.name for t in initializers}) == len(initializers)
     for tensor, span in zip(initializers, spans, strict=True):
@@ -118,14 +150,17 @@ def _take_values(initializers: Sequence[TensorProto], spans: list[tuple[int, int
     for (_, _, (start, size)), end in zip(taken, ends, strict=True):
         offset = first + int(end) - -(-size // _ALIGN) * _ALIGN
         targets.append((block[offset:offset + size], start))
-    _fill(targets, data)
-    arrays = {}
-    for (tensor, numpy_type, _), (target, _) in zip(taken, targets, strict=True):
-        array = target.view(numpy_type).reshape(tensor.dims)
+    reads = _fill(targets, data)
+    arrays = {tensor.name: target.view(numpy_type).reshape(tensor.dims)
+              for (tensor, numpy_type, _), (target, _) in zip(taken, targets, strict=True)}
+
+    def filled() -> None:
+        reads()
         if sys.byteorder == "big":  # raw_data is little-endian
-            array.byteswap(inplace=True)
-        arrays[tensor.name] = array
-    return arrays
+            for array in arrays.values():
+                array.byteswap(inplace=True)
+
+    return arrays, filled
 
 
 def _block(size: int) -> np.ndarray:
@@ -153,12 +188,15 @@ _READ_PIECE = 1 << 23
 """Bytes per piece of :func:`_fill`'s work (large weights are split)."""
 
 
-def _fill(targets: list[tuple[np.ndarray, int]], data: _FileData | memoryview) -> None:
-    """Fill each ``(target, start)`` with the bytes of ``data`` at ``start``, in pieces of
-    :data:`_READ_PIECE` bytes on up to :data:`_READ_THREADS` threads: the fresh block's
-    pages fault in as it fills, and faults on several cores go side by side (Mask R-CNN's
-    170 MB took 0.41 s on one thread in a fresh process on the 2-core machine). Where a
-    thread cannot start (a memory limit), on this one."""
+def _fill(targets: list[tuple[np.ndarray, int]], data: _FileData | memoryview
+          ) -> Callable[[], None]:
+    """Start filling each ``(target, start)`` with the bytes of ``data`` at ``start``, in
+    pieces of :data:`_READ_PIECE` bytes on up to :data:`_READ_THREADS` threads: the fresh
+    block's pages fault in as it fills, and faults on several cores go side by side (Mask
+    R-CNN's 170 MB took 0.41 s on one thread in a fresh process on the 2-core machine). The
+    function returned waits for the reads to end and raises the first one's error. Where
+    there is one CPU, or a thread cannot start (a memory limit), the reads are done on this
+    thread before it returns."""
     pieces = [(target[at:at + _READ_PIECE], start + at) for target, start in targets
               for at in range(0, target.size, _READ_PIECE)]
 
@@ -173,13 +211,21 @@ def _fill(targets: list[tuple[np.ndarray, int]], data: _FileData | memoryview) -
                   if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     if threads <= 1:
         read(pieces)
-        return
+        return lambda: None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="dml_onnx-weights")
     try:
-        with ThreadPoolExecutor(threads, thread_name_prefix="dml_onnx-weights") as pool:
-            for done in [pool.submit(read, pieces[k::threads]) for k in range(threads)]:
-                done.result()
+        reads = [pool.submit(read, pieces[k::threads]) for k in range(threads)]
     except RuntimeError:  # "can't start new thread": the copies are idempotent
+        pool.shutdown()
         read(pieces)
+        return lambda: None
+
+    def wait() -> None:
+        pool.shutdown()  # every read ends
+        for done in reads:
+            done.result()
+
+    return wait
 
 
 _ALIGN = 64

@@ -1,6 +1,7 @@
 """A model's checked types and steps are kept for the next session of the same graph
 (dml_onnx.runtime.session.PREPARED_MODELS): prepared once, never changed by a session, the
-weights always the session's own, at most PREPARED_MODELS graphs kept."""
+weights always the session's own, at most PREPARED_MODELS graphs and PREPARED_BYTES kept,
+sessions created on several threads at once each right."""
 
 from __future__ import annotations
 
@@ -72,8 +73,7 @@ def test_a_model_created_again_is_prepared_once_and_its_steps_never_change(count
     sessions = [dml_onnx.InferenceSession(serialized, ort.SessionOptions() if options else None)
                 for _ in range(3)]
     assert counted == {"checked_types": 1, "split": 1}
-    (prepared,) = session_module._prepared_models.values()
-    steps = prepared[2]
+    ((_, (_, _, steps)),) = session_module._prepared_models.values()
     assert steps is not None and all(session._split is not None for session in sessions)
     kept = [step.model.SerializeToString() for step in steps if hasattr(step, "model")]
     more = dml_onnx.InferenceSession(serialized, ort.SessionOptions() if options else None)
@@ -124,3 +124,28 @@ def test_only_the_latest_graphs_are_kept(counted):
     assert counted["split"] == len(models)
     _check(dml_onnx.InferenceSession(models[0].SerializeToString()), models[0])  # dropped
     assert counted["split"] == len(models) + 1
+
+
+def test_no_more_than_the_byte_budget_is_kept(counted, monkeypatch):
+    models = [_model(_weight(1), bias=float(k)) for k in range(3)]
+    size = len(session_module.read_without_weights(
+        models[0].SerializeToString(), lambda light: light.SerializeToString())[2])
+    monkeypatch.setattr(session_module, "PREPARED_BYTES", 2 * size)
+    for model in models:
+        dml_onnx.InferenceSession(model.SerializeToString())
+    assert len(session_module._prepared_models) == 2
+    monkeypatch.setattr(session_module, "PREPARED_BYTES", size - 1)
+    _check(dml_onnx.InferenceSession(models[0].SerializeToString()), models[0])
+    assert not session_module._prepared_models
+
+
+def test_sessions_created_on_several_threads_at_once_each_compute_their_model(counted):
+    from concurrent.futures import ThreadPoolExecutor
+
+    models = [_model(_weight(k % 2 + 1), bias=float(k % 3)) for k in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        sessions = list(pool.map(
+            lambda m: dml_onnx.InferenceSession(m.SerializeToString()), models))
+    for session, model in zip(sessions, models, strict=True):
+        _check(session, model)
+    assert len(session_module._prepared_models) == 3

@@ -111,6 +111,63 @@ def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
     _check_split(model, light, arrays)
 
 
+def test_meanwhile_runs_on_the_stubbed_model_while_the_weights_are_read(tmp_path, monkeypatch):
+    """read_without_weights calls ``meanwhile`` with the model of stubs while the reads are
+    under way (each read on the readers' threads waits until it has been called: read
+    first, the load would fail), and returns its result with the filled arrays."""
+    import threading
+
+    from dml_onnx.runtime import weights
+
+    model = _model(_initializers())
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
+    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
+                        raising=False)
+    called = threading.Event()
+    read_into = weights._FileData.read_into
+    readers = set()
+
+    def waiting(self, *args):
+        if threading.current_thread().name.startswith("dml_onnx-weights"):
+            readers.add(threading.current_thread().name)
+            if not called.wait(timeout=30):
+                raise AssertionError("read before meanwhile was called")
+        return read_into(self, *args)
+
+    monkeypatch.setattr(weights._FileData, "read_into", waiting)
+
+    def meanwhile(light):
+        assert {t.name for t in light.graph.initializer
+                if t.data_location == TensorProto.EXTERNAL} >= {"f32", "f64", "i64"}
+        called.set()
+        return "done"
+
+    light, arrays, result = weights.read_without_weights(path, meanwhile)
+    assert result == "done" and len(readers) == 4
+    _check_split(model, light, arrays)
+
+
+def test_what_meanwhile_raises_is_raised_once_the_reads_have_ended(tmp_path, monkeypatch):
+    import threading
+
+    from dml_onnx.runtime import weights
+
+    path = tmp_path / "model.onnx"
+    onnx.save(_model(_initializers()), path)
+    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
+    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
+                        raising=False)
+
+    def meanwhile(light):
+        raise ValueError("a bad model")
+
+    with pytest.raises(ValueError, match="a bad model"):
+        weights.read_without_weights(path, meanwhile)
+    assert not [t for t in threading.enumerate() if t.name.startswith("dml_onnx-weights")]
+
+
 def _mapping_flags(address: int) -> list[str]:
     """The ``VmFlags`` of the mapping that holds ``address`` (Linux's ``/proc/self/smaps``)."""
     mapping = None
