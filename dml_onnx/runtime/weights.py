@@ -59,8 +59,9 @@ def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
     main graph as an external-data stub, and those initializers' values by name (C-contiguous,
-    native byte order, owned by the caller). Raises as ``load_model`` does, and ``OSError``
-    for a file that changed while it was read."""
+    native byte order, owned by the caller); a given ModelProto is never the model returned.
+    Raises as ``load_model`` does, and ``OSError`` for a file that changed while it was
+    read."""
     light, arrays, _ = read_without_weights(model, lambda _: None)
     return light, arrays
 
@@ -74,7 +75,11 @@ def read_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto,
     spare (none on the 2-core machine, where the reads already take both). What
     ``meanwhile`` raises is raised once the reads have ended."""
     if isinstance(model, onnx.ModelProto):
-        return _with_result(_stub_weights(model, {}), meanwhile)
+        stubbed, arrays = _stub_weights(model, {})
+        if stubbed is model:  # nothing to stub: a copy, which the caller's later edits miss
+            stubbed = onnx.ModelProto()
+            stubbed.CopyFrom(model)
+        return _with_result((stubbed, arrays), meanwhile)
     what, path = model_source(model)
     if path is not None and onnx.serialization.registry.get_format_from_file_extension(
             path.suffix) not in (None, "protobuf"):  # a text format: nothing to split

@@ -149,3 +149,23 @@ def test_sessions_created_on_several_threads_at_once_each_compute_their_model(co
     for session, model in zip(sessions, models, strict=True):
         _check(session, model)
     assert len(session_module._prepared_models) == 3
+
+
+def test_the_callers_later_edits_of_a_model_reach_no_kept_step(counted):
+    """Kept steps are made from the session's own copy of a ModelProto: renaming the
+    kernel's input in the caller's model after creation changes neither that session nor
+    the next one of the same graph."""
+    import onnx
+
+    model = _model(_weight(1))
+    model.graph.initializer.pop(0)  # no weight to split off: the proto itself is the graph
+    model.graph.input.append(helper.make_tensor_value_info("W", FLOAT, [72, 8, 3, 3]))
+    feeds = {**FEEDS, "W": _weight(1)}
+    original = model.SerializeToString()
+    first = dml_onnx.InferenceSession(model)
+    model.graph.node[1].input[0] = "renamed"
+    again = dml_onnx.InferenceSession(onnx.ModelProto.FromString(original))
+    assert counted["split"] == 1
+    want = ReferenceEvaluator(onnx.ModelProto.FromString(original)).run(None, feeds)[0]
+    for session in (first, again):
+        np.testing.assert_allclose(session.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
