@@ -79,6 +79,20 @@ def test_large_numeric_raw_and_typed_initializers_are_handed_over_and_the_rest_k
     _check_split(model, light, arrays)
 
 
+def _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch):
+    """A model of every kind of initializer saved in ``tmp_path``, its weights read in pieces
+    of 1001 bytes on four threads."""
+    from dml_onnx.runtime import weights
+
+    model = _model(_initializers())
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
+    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
+                        raising=False)
+    return model, path
+
+
 @pytest.mark.parametrize("threads", ["several", "cannot start"])
 @pytest.mark.parametrize("source", ["path", "bytes"])
 def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
@@ -90,12 +104,7 @@ def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
 
     from dml_onnx.runtime import weights
 
-    model = _model(_initializers())
-    path = tmp_path / "model.onnx"
-    onnx.save(model, path)
-    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
-    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
-                        raising=False)
+    model, path = _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch)
     started = []
 
     class Pool(ThreadPoolExecutor):
@@ -119,12 +128,7 @@ def test_meanwhile_runs_on_the_stubbed_model_while_the_weights_are_read(tmp_path
 
     from dml_onnx.runtime import weights
 
-    model = _model(_initializers())
-    path = tmp_path / "model.onnx"
-    onnx.save(model, path)
-    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
-    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
-                        raising=False)
+    model, path = _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch)
     called = threading.Event()
     read_into = weights._FileData.read_into
     readers = set()
@@ -154,11 +158,7 @@ def test_what_meanwhile_raises_is_raised_once_the_reads_have_ended(tmp_path, mon
 
     from dml_onnx.runtime import weights
 
-    path = tmp_path / "model.onnx"
-    onnx.save(_model(_initializers()), path)
-    monkeypatch.setattr(weights, "_READ_PIECE", 1001)
-    monkeypatch.setattr(weights.os, "sched_getaffinity", lambda pid: set(range(4)),
-                        raising=False)
+    _, path = _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch)
 
     def meanwhile(light):
         raise ValueError("a bad model")
