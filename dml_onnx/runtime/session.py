@@ -202,18 +202,23 @@ def _prepared(model: onnx.ModelProto, *, strings: bool, split_it: bool) -> _Prep
     model) and its steps (:func:`split`; None where it runs as one session or ``split_it`` is
     false), from the kept ones (:data:`PREPARED_MODELS`, :data:`PREPARED_BYTES`) where the
     same model (``model`` is its graph without the weights' values) was prepared before."""
-    serialized = model.SerializeToString()
-    key = hashlib.sha256(serialized).digest(), strings, split_it
+    def prepare() -> _Prepared:
+        elem_types, ranks = checked_types(model, strings=strings)
+        return elem_types, ranks, split(model, elem_types, ranks) if split_it else None
+
+    size = model.ByteSize()
+    if size > PREPARED_BYTES:  # not kept: no serialized copy of it just for the key
+        return prepare()
+    key = hashlib.sha256(model.SerializeToString()).digest(), strings, split_it
     with _prepared_lock:
         if key in _prepared_models:
             _prepared_models.move_to_end(key)
             return _prepared_models[key][1]
-    elem_types, ranks = checked_types(model, strings=strings)
-    prepared = elem_types, ranks, split(model, elem_types, ranks) if split_it else None
+    prepared = prepare()
     with _prepared_lock:
-        _prepared_models[key] = len(serialized), prepared
+        _prepared_models[key] = size, prepared
         while len(_prepared_models) > PREPARED_MODELS or \
-                sum(size for size, _ in _prepared_models.values()) > PREPARED_BYTES:
+                sum(kept for kept, _ in _prepared_models.values()) > PREPARED_BYTES:
             _prepared_models.popitem(last=False)
     return prepared
 

@@ -134,7 +134,8 @@ def test_no_more_than_the_byte_budget_is_kept(counted, monkeypatch):
     for model in models:
         dml_onnx.InferenceSession(model.SerializeToString())
     assert len(session_module._prepared_models) == 2
-    monkeypatch.setattr(session_module, "PREPARED_BYTES", size - 1)
+    session_module._prepared_models.clear()
+    monkeypatch.setattr(session_module, "PREPARED_BYTES", size - 1)  # a larger one: not kept
     _check(dml_onnx.InferenceSession(models[0].SerializeToString()), models[0])
     assert not session_module._prepared_models
 
