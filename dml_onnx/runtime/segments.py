@@ -12,15 +12,21 @@ than sleeping) and stop at its end (``session.force_spinning_stop``), when the k
 cores.
 
 Steps are ordered by level: a node's level is the highest of its producers' levels, plus one
-after a ``dml_onnx`` producer; each level runs its standard nodes as one segment, then its
-``dml_onnx`` nodes. So Faster R-CNN runs as segment, 4 kernels, segment; Mask R-CNN as three
-segments. A ``ScatterND`` into a kernel's output that nothing else reads (the raise's
-replacement of edge regions) runs on the kernel's array where it lies, right after the
-kernel (:class:`InPlace`), where its other inputs are ready by then: in a segment,
-onnxruntime copies a fed array before it scatters into it (Faster R-CNN's four copies took
-2.3-2.6 ms a run at 16 threads on the server, against 4 ms for the kernels). The first
-segment declares every graph input, so that onnxruntime checks the whole feed before
-anything runs (where kernels come first, it is one ``Size`` node).
+after a producer run on the host (a kernel, or a host node below); each level runs its
+standard nodes as one segment, then its host steps in the graph's order. So Faster R-CNN runs
+as segment, 4 kernels, segment; Mask R-CNN as three segments. The first segment declares
+every graph input, so that onnxruntime checks the whole feed before anything runs (where
+kernels come first, it is one ``Size`` node).
+
+A few standard nodes run on the host too (:mod:`~dml_onnx.runtime.host_nodes`), where
+onnxruntime would copy or write out what is already there: a scatter (``ScatterND``, or
+``ScatterElements`` whose indices an ``Expand`` makes, no reduction) into data that nothing
+else reads, made by a kernel, by a host node or by a ``ConstantOfShape`` that only it reads,
+where a kernel feeds it; that ``Expand`` and ``ConstantOfShape``; and a ``Cast`` of a host
+value to the type it has. A host node runs at the highest of its producers' levels. These are
+the raise's replacement of edge regions (in a segment, onnxruntime copied a fed array before
+it scattered into it: Faster R-CNN's four copies took 2.3-2.6 ms a run at 16 threads on the
+server, against 4 ms for the kernels) and torchvision's merge of its poolers' levels.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
+from dml_onnx.runtime import host_nodes
 from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
 from dml_onnx.runtime.rewrite import _plan_node
 from dml_onnx.runtime.weights import in_memory_files
@@ -66,9 +73,9 @@ class Kernel:
 
 
 @dataclass(frozen=True)
-class InPlace:
-    """A ``ScatterND`` (no reduction) whose data is a kernel's output that nothing else
-    reads: it scatters into that array."""
+class HostNode:
+    """A standard node computed in numpy (:mod:`~dml_onnx.runtime.host_nodes`); a scatter
+    writes into its data, which nothing else reads."""
 
     node: onnx.NodeProto
 
@@ -83,7 +90,7 @@ class NodeArg:
 
 
 def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str, int]
-          ) -> list[Segment | Kernel | InPlace] | None:
+          ) -> list[Segment | Kernel | HostNode] | None:
     """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
     its values as inferred), or ``None`` where split execution does not apply or gains
     nothing: no ``dml_onnx`` node reads or writes a value between standard nodes (the PyOps
@@ -111,14 +118,12 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     wiring = _Wiring(model, custom, held, elem_types, ranks)
     if not wiring.sorted:
         return None
-    levels = _levels(graph.node, wiring.reads, custom)
-    anchors = _in_place(wiring, levels)
-    if anchors:
-        for index in anchors:
-            custom[index] = True  # the wiring's: its output comes from a host step
-            wiring.from_kernels.update(graph.node[index].output)
-        levels = _levels(graph.node, wiring.reads, custom, anchors)
-    steps: list[Segment | Kernel | InPlace] = []
+    host = _host_nodes(wiring)
+    for index in host:
+        custom[index] = True  # the wiring's: its output comes from a host step
+        wiring.from_kernels.update(graph.node[index].output)
+    levels = _levels(graph.node, wiring.reads, custom, host)
+    steps: list[Segment | Kernel | HostNode] = []
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
         if members or not steps:
@@ -127,34 +132,58 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             if segment is None:
                 return None
             steps.append(segment)
-        steps += [InPlace(graph.node[i]) if i in anchors else _kernel(graph.node[i], elem_types)
+        steps += [HostNode(graph.node[i]) if i in host else _kernel(graph.node[i], elem_types)
                   for i, lv in enumerate(levels) if lv == level and custom[i]]
     return steps
 
 
-def _in_place(wiring: _Wiring, levels: Sequence[int]) -> dict[int, int]:
-    """The ``ScatterND`` nodes (no reduction) that can scatter into a kernel's output where
-    it lies, each with that kernel's index: nothing else reads the output (nor is it a
-    graph output), and the indices and updates are ready when the kernel has run (made at
-    its level or before, not by a later kernel)."""
-    graph, custom = wiring.graph, wiring.custom
-    anchors = {}
+def _host_nodes(wiring: _Wiring) -> set[int]:
+    """The standard nodes run on the host (see the module's docstring), in the graph's
+    order: each scatter decides its ``Expand`` and ``ConstantOfShape`` with it."""
+    graph, custom, producer = wiring.graph, wiring.custom, wiring.producer
+    on_host = {index for index, is_custom in enumerate(custom) if is_custom}
+    host: set[int] = set()
+
+    def only_for(name: str, reader: int) -> bool:
+        return name not in wiring.declared and wiring.readers.get(name) == {reader}
+
+    def made_here(name: str, op_type: str, reader: int) -> int | None:
+        """The standard ``op_type`` node that makes ``name`` for ``reader`` alone."""
+        index = producer.get(name)
+        if index is None or index in on_host or not only_for(name, reader):
+            return None
+        node = graph.node[index]
+        return index if node.domain in ("", "ai.onnx") and node.op_type == op_type and \
+            len(node.output) == 1 else None
+
     for index, node in enumerate(graph.node):
-        if (node.domain not in ("", "ai.onnx") or node.op_type != "ScatterND"
-                or len(node.input) != 3 or len(node.output) != 1 or not node.output[0]
-                or any(a.name == "reduction" and a.s not in (b"", b"none")
-                       for a in node.attribute)):
+        if (custom[index] or node.domain not in ("", "ai.onnx") or len(node.output) != 1
+                or not node.output[0] or not all(node.input)):
             continue
-        kernel = wiring.producer.get(node.input[0])
-        if (kernel is None or not custom[kernel] or graph.node[kernel].domain != DOMAIN
-                or wiring.readers.get(node.input[0]) != {index}
-                or node.input[0] in wiring.declared):
+        sources = [producer.get(name) for name in node.input]
+        pulled: list[int | None] = []
+        if node.op_type == "Cast" and len(node.input) == 1:
+            taken = sources[0] in on_host and host_nodes.cast_to(node) == \
+                wiring.elem_types.get(node.input[0])
+        elif node.op_type in host_nodes.SCATTERS and len(node.input) == 3 and \
+                host_nodes.no_reduction(node):
+            data = sources[0]
+            pulled = [None if data in on_host else made_here(node.input[0], "ConstantOfShape",
+                                                            index)]
+            if node.op_type == "ScatterElements":
+                pulled.append(made_here(node.input[1], "Expand", index))
+            written = pulled[0] is not None or (
+                data in on_host and graph.node[data].op_type not in host_nodes.VIEWS
+                and only_for(node.input[0], index))
+            taken = written and None not in pulled[1:] and any(
+                source in on_host for source in sources)
+        else:
             continue
-        ready = all(levels[p] + custom[p] <= levels[kernel] for p in (
-            wiring.producer.get(name) for name in node.input[1:]) if p is not None)
-        if ready and node.input[1] and node.input[2]:
-            anchors[index] = kernel
-    return anchors
+        if taken:
+            chosen = [index, *(p for p in pulled if p is not None)]
+            on_host.update(chosen)
+            host.update(chosen)
+    return host
 
 
 def _reads(node: onnx.NodeProto, held: Sequence[onnx.GraphProto]) -> set[str]:
@@ -168,17 +197,15 @@ def _reads(node: onnx.NodeProto, held: Sequence[onnx.GraphProto]) -> set[str]:
 
 
 def _levels(nodes: Sequence[onnx.NodeProto], reads: Sequence[set[str]],
-            custom: Sequence[bool], anchors: Mapping[int, int] | None = None) -> list[int]:
-    """Each node's level (see the module's docstring); a node in ``anchors`` runs at the
-    level of the kernel it is anchored to."""
+            custom: Sequence[bool], host: set[int]) -> list[int]:
+    """Each node's level (see the module's docstring); a host node in ``host`` runs at the
+    highest of its producers' levels."""
     produced_by: dict[str, int] = {}
     levels: list[int] = []
     for index, node in enumerate(nodes):
-        if anchors and index in anchors:
-            levels.append(levels[anchors[index]])
-        else:
-            levels.append(max((levels[p] + custom[p] for p in map(
-                produced_by.get, reads[index]) if p is not None), default=0))
+        producers = [p for p in map(produced_by.get, reads[index]) if p is not None]
+        levels.append(max((levels[p] + (index not in host and custom[p]) for p in producers),
+                          default=0))
         produced_by.update((name, index) for name in node.output if name)
     return levels
 
@@ -367,7 +394,7 @@ class SplitRun:
     side by side (:func:`_sessions`).
     """
 
-    def __init__(self, model: onnx.ModelProto, steps: list[Segment | Kernel | InPlace],
+    def __init__(self, model: onnx.ModelProto, steps: list[Segment | Kernel | HostNode],
                  weights: dict[str, np.ndarray], options: ort.SessionOptions | None,
                  make_options: Callable[[], ort.SessionOptions], **session_arguments: Any):
         self.weights: list[ort.OrtValue] = []  # what onnxruntime reads where it is
@@ -375,11 +402,11 @@ class SplitRun:
         initializers = {tensor.name: tensor for tensor in model.graph.initializer}
         self._constants = {  # the initializers kernels read
             name: weights[name] if name in weights else numpy_helper.to_array(initializers[name])
-            for step in steps if isinstance(step, Kernel | InPlace)
+            for step in steps if isinstance(step, Kernel | HostNode)
             for name in step.node.input if name in initializers}
         made: list[tuple[ort.SessionOptions, bytes]] = []  # each segment's, in order
         for step in steps:
-            if isinstance(step, Kernel | InPlace):
+            if isinstance(step, Kernel | HostNode):
                 continue
             mine = {t.name: weights[t.name] for t in step.model.graph.initializer
                     if t.name in weights}
@@ -398,8 +425,8 @@ class SplitRun:
                     made[-1][0].add_external_initializers(list(mine), values)
                     self.weights += values
         sessions = iter(_sessions(made, options, prefix, session_arguments))
-        self.steps: list[tuple[Segment, ort.InferenceSession] | Kernel | InPlace] = [
-            step if isinstance(step, Kernel | InPlace) else (step, next(sessions))
+        self.steps: list[tuple[Segment, ort.InferenceSession] | Kernel | HostNode] = [
+            step if isinstance(step, Kernel | HostNode) else (step, next(sessions))
             for step in steps]
         first = self.steps[0]
         assert isinstance(first, tuple)  # split() puts a segment first
@@ -430,8 +457,8 @@ class SplitRun:
         for step in self.steps:
             if isinstance(step, Kernel):
                 self._call(step, values)
-            elif isinstance(step, InPlace):
-                self._scatter(step.node, values)
+            elif isinstance(step, HostNode):
+                self._compute(step.node, values)
             else:
                 segment, session = step
                 got = session.run_with_ort_values(  # the first checks the feed, names too
@@ -464,42 +491,14 @@ class SplitRun:
                                        self.start_ns, op_name=kernel.variant.definition.name,
                                        provider="dml_onnx"))
 
-    def _scatter(self, node: onnx.NodeProto, values: dict[str, Any]) -> None:
-        """``ScatterND`` (no reduction) into the kernel's output array, as onnxruntime's
-        checks it: int64 indices ``[..., k]`` within ``[-s, s)`` for each of the first ``k``
-        dimensions, updates ``indices.shape[:-1] + data.shape[k:]`` of the data's type."""
+    def _compute(self, node: onnx.NodeProto, values: dict[str, Any]) -> None:
+        """A host node (:func:`~dml_onnx.runtime.host_nodes.compute`)."""
         started = time.time_ns()
-        data = _array(values[node.input[0]])
-        indices, updates = _array(values[node.input[1]]), _array(values[node.input[2]])
-        if not data.flags.writeable or any(np.may_share_memory(data, other)
-                                           for other in (indices, updates)):
-            data = data.copy()
-        depth = indices.shape[-1] if indices.ndim else -1
-        problem = None
-        if indices.dtype != np.int64 or depth < 0 or depth > data.ndim:
-            problem = f"indices of type {indices.dtype} and shape {list(indices.shape)} for " \
-                      f"data of rank {data.ndim}"
-        elif updates.dtype != data.dtype or \
-                updates.shape != indices.shape[:-1] + data.shape[depth:]:
-            problem = f"updates of type {updates.dtype} and shape {list(updates.shape)}, " \
-                      f"not {data.dtype} {list(indices.shape[:-1] + data.shape[depth:])}"
-        elif indices.size:
-            rows = indices.reshape(-1, depth)
-            sizes = np.array(data.shape[:depth], np.int64)
-            outside = np.nonzero(((rows < -sizes) | (rows >= sizes)).any(axis=1))[0]
-            if outside.size:
-                problem = f"index {rows[outside[0]].tolist()} is outside the data's shape " \
-                          f"{list(data.shape)}"
-            else:
-                data[tuple(np.where(rows < 0, rows + sizes, rows).T)] = updates.reshape(
-                    -1, *data.shape[depth:])
-        if problem is not None:
-            raise ort.capi.onnxruntime_pybind11_state.InvalidArgument(
-                f"ScatterND node '{node.name}': {problem}")
-        values[node.output[0]] = data
+        values[node.output[0]] = host_nodes.compute(
+            node, [_array(values[name]) for name in node.input])
         if self.profile is not None:
             self.profile.append(_event(f"{node.name}_kernel_time", "Node", started,
-                                       self.start_ns, op_name="ScatterND",
+                                       self.start_ns, op_name=node.op_type,
                                        provider="dml_onnx"))
 
     def end_profiling(self) -> str:
@@ -536,7 +535,8 @@ def _event(name: str, category: str, started: int, start_ns: int, **args: str) -
 
 
 def _ort_value(value: Any) -> ort.OrtValue:
-    return value if isinstance(value, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(value)
+    return value if isinstance(value, ort.OrtValue) else \
+        ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
 
 
 def _array(value: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ from custom_ops._threads import thread_limit
 from dml_onnx.runtime.hook import _state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
 from dml_onnx.runtime.rewrite import _runtime_model, checked_types
-from dml_onnx.runtime.segments import InPlace, Kernel, Segment, SplitRun, split
+from dml_onnx.runtime.segments import HostNode, Kernel, Segment, SplitRun, split
 from dml_onnx.runtime.weights import in_memory_files, read_without_weights
 
 _logger = logging.getLogger("dml_onnx")
@@ -184,7 +184,7 @@ class InferenceSession:
         return getattr(self._session, name)
 
 
-_Prepared = tuple[dict[str, int], dict[str, int], list[Segment | Kernel | InPlace] | None]
+_Prepared = tuple[dict[str, int], dict[str, int], list[Segment | Kernel | HostNode] | None]
 PREPARED_MODELS = 8
 """How many models' checked types and steps the process keeps (the latest used), by the digest
 of the model without its weights' values: creating a session of a model again skips them
