@@ -155,8 +155,9 @@ def _shape(node: onnx.NodeProto, shape: np.ndarray) -> tuple[int, ...]:
 
 
 def _expand(node: onnx.NodeProto, data: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    """``Expand``: ``data`` broadcast with ``shape`` both ways, as a read-only view."""
-    wanted = _shape(node, shape)
+    """``Expand``: ``data`` broadcast with ``shape`` both ways, as a read-only view (a scalar
+    by an empty shape: ``[1]``, as onnxruntime gives it)."""
+    wanted = _shape(node, shape) or (1,) * (data.ndim == 0)
     try:
         return np.broadcast_to(data, np.broadcast_shapes(data.shape, wanted))
     except ValueError:
