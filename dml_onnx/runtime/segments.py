@@ -14,7 +14,8 @@ cores.
 Steps are ordered by level: a node's level is the highest of its producers' levels, plus one
 after a producer run on the host (a kernel, or a host node below); each level runs its
 standard nodes as one segment, then its host steps in the graph's order. So Faster R-CNN runs
-as segment, 4 kernels, segment; Mask R-CNN as three segments. The first segment declares
+as segment, 4 kernels, a segment of the merge's shapes, the merge (host nodes), segment; Mask
+R-CNN as five segments. The first segment declares
 every graph input, so that onnxruntime checks the whole feed before anything runs (where
 kernels come first, it is one ``Size`` node).
 
