@@ -246,3 +246,31 @@ def test_a_merge_row_outside_the_regions_fails_as_onnxruntime_fails_it(offset):
     _fails_as_onnxruntime_and_goes_on(
         model, feeds, {**feeds, "offset": np.array(offset, np.int64)},
         r"ScatterElements node 'merge1': index -?\d+ is outside axis 0 of size 5")
+
+
+def test_host_nodes_read_initializers_and_constant_nodes():
+    """A merge whose rows and expanded shape are initializers and whose fill (1.5) has its
+    shape from a ``Constant`` node: all on the host, rows no region reaches keep the fill,
+    as in the one-session route."""
+    align = {"output_size": [2, 2], "spatial_scale_x": 1.0, "spatial_scale_y": 1.0}
+    nodes = [
+        dml_onnx.roi_align1("X", "rois", "batch", "A", name="align", **align),
+        helper.make_node("Constant", [], ["zeros_shape"],
+                         value=numpy_helper.from_array(np.array([4, 3, 2, 2]))),
+        helper.make_node("ConstantOfShape", ["zeros_shape"], ["Z"],
+                         value=numpy_helper.from_array(np.array([1.5], np.float32))),
+        helper.make_node("Expand", ["rows", "expanded"], ["E"]),
+        helper.make_node("ScatterElements", ["Z", "E", "A"], ["S"], axis=0, name="merge"),
+        helper.make_node("Relu", ["S"], ["Y"])]
+    model = dml_onnx.make_model(
+        nodes, [_value("X", TensorProto.FLOAT, [1, 3, 6, 6])], [_value("Y")],
+        initializers=[numpy_helper.from_array(v, name) for name, v in {
+            "rois": np.array([[0, 0, 3, 3], [1, 1, 5, 5]], np.float32),
+            "batch": np.zeros(2, np.int64), "rows": np.array([3, 0]).reshape(2, 1, 1, 1),
+            "expanded": np.array([2, 3, 2, 2])}.items()])
+    session = dml_onnx.InferenceSession(model)
+    assert _host_ops(session) == ["ConstantOfShape", "Expand", "ScatterElements"]
+    feeds = {"X": np.random.default_rng(3).standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    got = session.run(None, feeds)[0]
+    np.testing.assert_array_equal(got, _one_session(model, feeds)[0])
+    assert (got[1:3] == 1.5).all() and not (got[[0, 3]] == 1.5).all()
