@@ -18,6 +18,7 @@ write wins, as onnxruntime's loop leaves it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,7 +28,6 @@ from onnx import helper, numpy_helper
 
 SCATTERS = ("ScatterND", "ScatterElements")
 VIEWS = ("Cast", "Expand")  # results that are another value's array, or a view of it
-OP_TYPES = (*SCATTERS, *VIEWS, "ConstantOfShape")
 
 
 class HostNodeError(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
@@ -95,16 +95,21 @@ def _scatter_nd(node: onnx.NodeProto, data: np.ndarray, indices: np.ndarray,
         raise _fail(node, f"updates of type {updates.dtype} and shape {list(updates.shape)}, "
                           f"not {data.dtype} {list(indices.shape[:-1] + data.shape[depth:])}")
     data = _writable(data, indices, updates)
-    if indices.size:
-        rows = indices.reshape(-1, depth)
-        sizes = np.array(data.shape[:depth], np.int64)
-        outside = np.nonzero(((rows < -sizes) | (rows >= sizes)).any(axis=1))[0]
-        if outside.size:
-            raise _fail(node, f"index {rows[outside[0]].tolist()} is outside the data's shape "
-                              f"{list(data.shape)}")
-        rows = np.where(rows < 0, rows + sizes, rows)
-        keep = _last_writes(np.ravel_multi_index(tuple(rows.T), data.shape[:depth]))
-        data[tuple(rows[keep].T)] = updates.reshape(-1, *data.shape[depth:])[keep]
+    count = math.prod(indices.shape[:-1])  # slices written (depth 0: the whole data each)
+    rows, slices = indices.reshape(count, depth), updates.reshape(count, *data.shape[depth:])
+    if not len(rows):
+        return data
+    if not depth:
+        data[...] = slices[-1]
+        return data
+    sizes = np.array(data.shape[:depth], np.int64)
+    outside = np.nonzero(((rows < -sizes) | (rows >= sizes)).any(axis=1))[0]
+    if outside.size:
+        raise _fail(node, f"index {rows[outside[0]].tolist()} is outside the data's shape "
+                          f"{list(data.shape)}")
+    rows = np.where(rows < 0, rows + sizes, rows)
+    keep = _last_writes(np.ravel_multi_index(tuple(rows.T), data.shape[:depth]))
+    data[tuple(rows[keep].T)] = slices[keep]
     return data
 
 

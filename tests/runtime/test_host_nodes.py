@@ -101,12 +101,14 @@ def test_scatter_elements_equals_onnxruntimes(case):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(1, 3), st.integers(0, 2), st.integers(0, 6), st.integers(0, 2**32 - 1),
+@given(st.integers(1, 3), st.integers(0, 3), st.integers(0, 6), st.integers(0, 2**32 - 1),
        st.booleans())
 def test_scatter_nd_equals_onnxruntimes(rank, depth_less, count, seed, outside):
+    """Indices of every depth (0: each row writes the whole data), repeated rows, negative
+    ones and ones outside."""
     rng = np.random.default_rng(seed)
     shape = list(rng.integers(1, 4, rank))
-    depth = max(rank - depth_less, 1)
+    depth = max(rank - depth_less, 0)
     sizes = np.array(shape[:depth])
     span = sizes + 2 if outside else sizes
     indices = rng.integers(-span, span, (count, depth))  # repeated rows too
