@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 SCATTERS = ("ScatterND", "ScatterElements")
 VIEWS = ("Cast", "Expand")  # results that are another value's array, or a view of it
@@ -53,6 +53,20 @@ def no_reduction(node: onnx.NodeProto) -> bool:
 def cast_to(node: onnx.NodeProto) -> int:
     """A ``Cast`` node's ``to``: an onnx element type."""
     return int(_attribute(node, "to", 0))  # type: ignore[call-overload]
+
+
+_FILL_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BOOL,
+               TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+               TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+
+
+def plain_fill(node: onnx.NodeProto) -> bool:
+    """Whether a ``ConstantOfShape`` node's ``value`` is absent or one element (dimensions
+    ``[1]``) of a numeric type: what onnxruntime's kernel takes (it refuses the others when
+    the session is created, so those stay in a segment)."""
+    value = _attribute(node, "value", None)
+    return value is None or (isinstance(value, onnx.TensorProto) and list(value.dims) == [1]
+                             and value.data_type in _FILL_TYPES)
 
 
 def _fail(node: onnx.NodeProto, problem: str) -> HostNodeError:
@@ -171,8 +185,8 @@ def _expand(node: onnx.NodeProto, data: np.ndarray, shape: np.ndarray) -> np.nda
 
 
 def _constant_of_shape(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
-    """``ConstantOfShape``: ``shape`` filled with the ``value`` attribute (float 0 where
-    absent); zeros come from the system already zeroed."""
+    """``ConstantOfShape`` (a :func:`plain_fill` one): ``shape`` filled with the ``value``
+    attribute (float 0 where absent); zeros come from the system already zeroed."""
     wanted = _shape(node, shape)
     value = _attribute(node, "value", None)
     fill = numpy_helper.to_array(value).reshape(-1) if isinstance(

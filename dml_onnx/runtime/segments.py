@@ -169,8 +169,9 @@ def _host_nodes(wiring: _Wiring) -> set[int]:
         elif node.op_type in host_nodes.SCATTERS and len(node.input) == 3 and \
                 host_nodes.no_reduction(node):
             data = sources[0]
-            pulled = [None if data in on_host else made_here(node.input[0], "ConstantOfShape",
-                                                            index)]
+            fill = None if data in on_host else made_here(node.input[0], "ConstantOfShape",
+                                                          index)
+            pulled = [fill if fill is None or host_nodes.plain_fill(graph.node[fill]) else None]
             if node.op_type == "ScatterElements":
                 pulled.append(made_here(node.input[1], "Expand", index))
             written = pulled[0] is not None or (

@@ -144,19 +144,22 @@ def test_bad_shapes_are_refused_naming_the_node():
             host_nodes.compute(node, inputs)
 
 
-def _merge_levels(reduction=None, zeros_read_twice=False, index_read_twice=False):
+def _merge_levels(reduction=None, zeros_read_twice=False, index_read_twice=False,
+                  fill=None):
     """torchvision's ``_onnx_merge_levels`` over two levels: each level's regions (chosen by
     the ``level`` input) pooled by RoiAlign1 from its map and ``Cast``, then scattered along
     axis 0 into ``ConstantOfShape`` zeros at their rows, the rows ``Expand``-ed to the pooled
     shape; ``offset`` shifts level 1's rows (0 in a valid run). ``zeros_read_twice`` /
-    ``index_read_twice``: the zeros / level 0's expanded rows are graph outputs too."""
+    ``index_read_twice``: the zeros / level 0's expanded rows are graph outputs too; ``fill``
+    the ``ConstantOfShape``'s value (float32 0 where None)."""
     rng = np.random.default_rng(7)
     channels, out = 3, 2
     align = {"output_size": [out, out], "spatial_scale_x": 1.0, "spatial_scale_y": 1.0}
     nodes = [helper.make_node("Shape", ["rois"], ["count"], start=0, end=1),
              helper.make_node("Concat", ["count", "pooled"], ["zeros_shape"], axis=0),
              helper.make_node("ConstantOfShape", ["zeros_shape"], ["zeros"], name="zeros",
-                              value=numpy_helper.from_array(np.zeros(1, np.float32)))]
+                              value=numpy_helper.from_array(
+                                  np.zeros(1, np.float32) if fill is None else fill))]
     merged = "zeros"
     for level in (0, 1):
         at, rows, pooled, same = (f"{name}{level}" for name in ("at", "rows", "A", "C"))
@@ -276,3 +279,17 @@ def test_host_nodes_read_initializers_and_constant_nodes():
     got = session.run(None, feeds)[0]
     np.testing.assert_array_equal(got, _one_session(model, feeds)[0])
     assert (got[1:3] == 1.5).all() and not (got[[0, 3]] == 1.5).all()
+
+
+@pytest.mark.parametrize("fill", [np.zeros(2, np.float32), np.zeros((1, 1), np.float32),
+                                  np.array(["0"])])
+def test_a_fill_onnxruntime_refuses_stays_in_its_segment_and_is_refused(fill):
+    """A ``ConstantOfShape`` value of more than one element, of another rank or of a type
+    onnxruntime has no kernel for is not taken onto the host: the session is refused, as
+    onnxruntime refuses the model."""
+    model, feeds = _merge_levels(fill=fill)
+    refused = "single-element|one-dim|implementation for ConstantOfShape|different types"
+    with pytest.raises(Exception, match=refused):
+        dml_onnx.InferenceSession(model)
+    with pytest.raises(Exception, match=refused):
+        _one_session(model, feeds)
