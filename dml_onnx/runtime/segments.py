@@ -22,9 +22,10 @@ kernels come first, it is one ``Size`` node).
 A few standard nodes run on the host too (:mod:`~dml_onnx.runtime.host_nodes`), where
 onnxruntime would copy or write out what is already there: a scatter (``ScatterND``, or
 ``ScatterElements`` whose indices an ``Expand`` makes, no reduction) into data that nothing
-else reads, made by a kernel, by a host node or by a ``ConstantOfShape`` that only it reads,
-where a kernel feeds it; that ``Expand`` and ``ConstantOfShape``; and a ``Cast`` of a host
-value to the type it has. A host node runs at the highest of its producers' levels. These are
+else reads, made by a kernel, by a host node or by a ``ConstantOfShape`` that only it reads
+(its value one number), where a kernel feeds it; that ``Expand`` and ``ConstantOfShape``;
+and a ``Cast`` of a host value to the type it has. A host node runs at the highest of its
+producers' levels. These are
 the raise's replacement of edge regions (in a segment, onnxruntime copied a fed array before
 it scattered into it: Faster R-CNN's four copies took 2.3-2.6 ms a run at 16 threads on the
 server, against 4 ms for the kernels) and torchvision's merge of its poolers' levels.
