@@ -198,6 +198,8 @@ def _constant_of_shape(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
     except MemoryError:
         raise MemoryError(f"ConstantOfShape node '{node.name}': no memory for shape "
                           f"{list(wanted)} of {fill.dtype}") from None
+    except ValueError:  # more bytes than an address holds
+        raise _fail(node, f"shape {list(wanted)} of {fill.dtype} is too large") from None
 
 
 def _cast(node: onnx.NodeProto, data: np.ndarray) -> np.ndarray:

@@ -153,6 +153,15 @@ def test_bad_shapes_are_refused_naming_the_node():
             host_nodes.compute(node, inputs)
 
 
+@pytest.mark.parametrize(("shape", "error", "match"), [
+    ([2**62, 2**62], host_nodes.HostNodeError, "too large"),
+    ([2**45], MemoryError, "no memory")])
+def test_a_fill_larger_than_memory_is_refused_naming_the_node(shape, error, match):
+    node = helper.make_node("ConstantOfShape", ["s"], ["o"], name="zeros")
+    with pytest.raises(error, match=f"ConstantOfShape node 'zeros': .*{match}"):
+        host_nodes.compute(node, [np.array(shape, np.int64)])
+
+
 def _merge_levels(reduction=None, zeros_read_twice=False, index_read_twice=False,
                   fill=None):
     """torchvision's ``_onnx_merge_levels`` over two levels: each level's regions (chosen by
