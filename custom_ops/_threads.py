@@ -11,11 +11,12 @@ import functools
 import importlib
 import math
 import os
+import queue
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from types import ModuleType
 from typing import Literal, TypedDict
 
@@ -104,8 +105,6 @@ def _half_loops(source: np.ndarray, target: np.ndarray
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 """Threads a kernel splits independent chunks over (numpy and the compiled loops release the
 interpreter lock): the CPUs this process may use when it starts."""
-_executor: tuple[int, ThreadPoolExecutor] | None = None  # with the process that started it
-_executor_lock = threading.Lock()
 thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("thread_limit", default=0)
 """The most threads a kernel called in this context may use (0: :data:`THREADS`); set by
 ``dml_onnx.InferenceSession.run`` from the session's ``intra_op_num_threads``."""
@@ -180,25 +179,74 @@ def run_parallel(tasks: Sequence[Callable[[], None]]) -> None:
     in the context).
     Raises the error of the first failing task in ``tasks`` order, as a serial loop would
     (each group stops at its first failure)."""
-    global _executor
     groups = min(workers(), len(tasks)) if len(tasks) > 1 else 1
     if groups <= 1:
         for task in tasks:
             task()
         return
-    with _executor_lock:
-        if _executor is None or _executor[0] != os.getpid():  # a forked child has no workers
-            _executor = os.getpid(), ThreadPoolExecutor(THREADS - 1,
-                                                        thread_name_prefix="custom_ops")
-        executor = _executor[1]
+    pool = _shared_pool(groups - 1)
     errors = np.geterr()
-    futures = [executor.submit(contextvars.copy_context().run, _run_group, tasks, k, groups,
-                               errors)
+    futures = [pool.submit(contextvars.copy_context().run, _run_group, tasks, k, groups, errors)
                for k in range(1, groups)]
     failures = [_run_group(tasks, 0, groups), *(future.result() for future in futures)]
     first = min((f for f in failures if f is not None), key=lambda f: f[0], default=None)
     if first is not None:
         raise first[1]
+
+
+class _DaemonPool:
+    """Daemon threads that run the tasks put on one queue, each task's result or error set on
+    its ``Future``. Not ``ThreadPoolExecutor``: its threads are not daemons, and it registers
+    each for the interpreter's exit only after starting it, while ``submit`` waits for the
+    start in a way a signal handler interrupts; where the handler raised there (Ctrl-C),
+    nothing ever told that thread to end, and the interpreter waited for it at exit for ever.
+    Here a start that an exception interrupts leaves a spare thread, which serves the queue
+    too."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Future, Callable[..., object], tuple]] = (
+            queue.SimpleQueue())
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def grow(self, count: int) -> None:
+        """Start threads until there are ``count``; raises ``RuntimeError`` where the system
+        starts no more."""
+        with self._lock:
+            while len(self._threads) < count:
+                thread = threading.Thread(target=self._serve, daemon=True,
+                                          name=f"custom_ops-{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+
+    def submit(self, function: Callable[..., object], *args: object) -> Future:
+        future: Future = Future()
+        self._tasks.put((future, function, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, function, args = self._tasks.get()
+            try:
+                future.set_result(function(*args))
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's Future
+                future.set_exception(error)
+            del future, function, args  # hold no task's arrays while idle
+
+
+_pool: tuple[int, _DaemonPool] | None = None  # with the process that started it
+_pool_lock = threading.Lock()
+
+
+def _shared_pool(threads: int) -> _DaemonPool:
+    """The pool of :func:`run_parallel`, with at least ``threads`` threads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():  # a forked child has no workers
+            _pool = os.getpid(), _DaemonPool()
+        pool = _pool[1]
+    pool.grow(threads)
+    return pool
 
 
 _ErrorKind = Literal["ignore", "warn", "raise", "call", "print", "log"]
