@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from custom_ops import _buffers
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE_SECONDS = 0.004  # a tiny case repeats its call until one sample takes about this long
@@ -114,8 +116,10 @@ def traced_peak(call: Callable[[], Sequence[np.ndarray]]) -> tuple[int, Sequence
 def temporaries(call: Callable[[], Sequence[np.ndarray]]) -> float:
     """Peak memory of one call beyond its outputs, in units of the outputs: the larger of
     the peak numpy allocation (:func:`traced_peak`) and, on Linux, the growth of the
-    process's peak resident memory (which also sees onnxruntime's own buffers)."""
+    process's peak resident memory (which also sees onnxruntime's own buffers). The kernels'
+    kept blocks are dropped first, so that the call allocates every array it needs."""
     gc.collect()
+    _buffers.drop_free()
     resident = _reset_peak_resident()
     peak, outputs = traced_peak(call)
     if resident is not None:

@@ -22,6 +22,7 @@ from typing import Literal, TypedDict
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import KernelError
 from custom_ops.limits import work_limit
 
@@ -36,7 +37,7 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     n, c, h, w = X.shape
     if X.size <= GRAIN:
         return np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype)
-    out = np.empty((n, h * w, c), dtype)
+    out = empty((n, h * w, c), dtype)
     planes = np.ascontiguousarray(X.reshape(n, c, h * w))  # the compiled signatures' layout
     if X.dtype == np.float16:  # numba takes no float16: its bits, converted in the same pass
         planes = planes.view(np.uint16)
@@ -54,7 +55,7 @@ def converted(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if X.dtype == dtype and X.flags.c_contiguous:
         return X
-    out = np.empty(X.shape, dtype)
+    out = empty(X.shape, dtype)
     source, target = X.reshape(-1), out.reshape(-1)
     if not X.flags.c_contiguous or X.size <= 2 * GRAIN:
         np.copyto(out, X, casting="unsafe")

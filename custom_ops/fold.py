@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import KernelError, check_ints, check_rank, takes_attributes
 from custom_ops._threads import LayoutMemo, bands, compiled, run_bands
 from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
@@ -100,7 +101,7 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
     n, rows, length = X.shape
     taps = math.prod(geometry.window.sizes)
     c = rows // taps
-    Y = np.empty((n * c, math.prod(output)), X.dtype)
+    Y = empty((n * c, math.prod(output)), X.dtype)
     if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
         _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables())
     return Y.reshape(n, c, *output)

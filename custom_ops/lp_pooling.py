@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import (
     check_float_input,
     check_int,
@@ -117,7 +118,7 @@ def _run(node: str, attributes: tuple[tuple[int, ...], ...], p: int, X: np.ndarr
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (len(attributes[0]) + 2,))
     plan = _plan(node, X.shape, X.dtype, attributes, (memory_limit(), work_limit()))
-    Y = np.empty((*X.shape[:2], *plan.geometry.blocks), X.dtype)
+    Y = empty((*X.shape[:2], *plan.geometry.blocks), X.dtype)
     if X.size == 0:  # all taps read padding: zeros (without looping over a huge window)
         Y.fill(0)
     elif Y.size:
@@ -137,7 +138,7 @@ def _pool(X: np.ndarray, Y: np.ndarray, plan: _Plan, p: int) -> None:
     if X.dtype == np.float16:  # its bits, read as float32 and written rounded once
         planes = planes.view(np.uint16)
         # p > 2: float32 sums for numpy's power, then rounded once over the threads
-        computed = Y.view(np.uint16) if p <= 2 else np.empty(Y.shape, np.float32)
+        computed = Y.view(np.uint16) if p <= 2 else empty(Y.shape, np.float32)
     out = computed.reshape(count, *((1,) * (3 - plan.geometry.k)), *Y.shape[2:])
     unusual = np.zeros(count, bool)
     work = Y.size * sum(len(r) for r in plan.reading) + X.size

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import (
     check_float_input,
     check_ints,
@@ -115,7 +116,7 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                   batch_indices.dtype), lambda: _check_inputs(node, X, rois, batch_indices))
     boxes, indices = region_arrays(rois, batch_indices)
     dtype = compute_dtype(X.dtype)
-    Y = np.empty((len(indices), X.shape[1], *size), X.dtype)
+    Y = empty((len(indices), X.shape[1], *size), X.dtype)
     if Y.size == 0:
         check_regions(OP, node, X.shape, X.dtype, rois, batch_indices)
         return Y

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import (
     KernelError,
     check_float_input,
@@ -166,7 +167,7 @@ def _run(node: str, sampling: Sampling, given_shape: tuple[int, ...], compute_dx
     half_bits = dY.dtype == np.float16 and sampling.average and not want_drois
     dX = None
     if compute_dx:
-        dX = (np.empty if work else np.zeros)((n_images, channels, height, width),
+        dX = (empty if work else np.zeros)((n_images, channels, height, width),
                                               np.uint16 if half_bits else dtype)
 
     if work:
@@ -200,7 +201,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
     winner_type = np.int32 if int((plan.n[0] * plan.n[1]).max()) < 1 << 31 else np.int64
     shape = (regions if keep_winners else 0, oh, ow, channels)
     check_memory(OP, node, "temporary winning samples", shape, winner_type)
-    winners = np.empty(shape, winner_type)
+    winners = empty(shape, winner_type)
     if drois.shape[0] or keep_winners:
         scales = np.array([sampling.scale_y, sampling.scale_x])
         run_parallel([functools.partial(loops.region_gradients, Xt, grads, plan.batch, plan.first,
@@ -210,7 +211,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
     if dX is None:
         return
     n_images, channels, height, width = dX.shape
-    dXt = np.empty((n_images, height, width, channels), settings.dtype)  # channels-last sums
+    dXt = empty((n_images, height, width, channels), settings.dtype)  # channels-last sums
     run_bands(bands(n_images * height, plan.work),
               lambda start, stop: loops.scatter_rows(grads, plan.batch, plan.first, plan.size,
                                                      plan.n, settings, *flags, winners, start,

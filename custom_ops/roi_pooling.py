@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from custom_ops._buffers import empty
 from custom_ops._checks import (
     KernelError,
     check_finite,
@@ -165,7 +166,7 @@ def _run(node: str, pooled: tuple[int, int], spatial_scale: float, layout: Layou
     rows = rois if rois.ndim == 2 else rois.reshape(-1, 5)
     n, c, h, w = X.shape
     ctype = compute_dtype(X.dtype)
-    Y = np.empty((rows.shape[0], c, *pooled), X.dtype)
+    Y = empty((rows.shape[0], c, *pooled), X.dtype)
     out = Y.view(np.uint16) if X.dtype == np.float16 else Y  # float16: written as its bits
     if Y.size and h and w:
         loops = compiled("_roi_pooling_loops")

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from custom_ops._buffers import empty
 from custom_ops._checks import KernelError, check_rank, takes_attributes
 from custom_ops._threads import bands, run_parallel
 from custom_ops._window import (
@@ -99,7 +100,7 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
     g = plan.geometry
     n, c, *spatial = X.shape
     planes = X.reshape(n * c, *spatial)
-    source = np.empty((n * c, *plan.extent), X.dtype) if plan.padded else planes
+    source = empty((n * c, *plan.extent), X.dtype) if plan.padded else planes
     axis_strides = source.strides[1:]
     view = as_strided(
         source, shape=(n * c, *g.window.sizes, *g.blocks),
@@ -107,7 +108,7 @@ def _blocks(X: np.ndarray, plan: _Plan, fill: object) -> np.ndarray:
                  *(st * d for st, d in zip(axis_strides, g.window.dilations)),
                  *(st * s for st, s in zip(axis_strides, g.window.strides))),
         writeable=False)
-    Y = np.empty(view.shape, dtype=X.dtype)
+    Y = empty(view.shape, X.dtype)
 
     def copy(first: int, stop: int) -> None:
         if plan.padded:  # pad into a buffer of the extent the blocks read
@@ -157,4 +158,5 @@ def _run(node: str, attributes: tuple[tuple[int, ...], ...], X: np.ndarray) -> n
     values = X.reshape(-1)
     if plan.padded:
         values = np.concatenate((values, np.zeros(1, X.dtype)))
-    return values.take(plan.gather)
+    # into a kept block where large (mode clip: no buffered copy; every index is in range)
+    return values.take(plan.gather, out=empty(plan.gather.shape, X.dtype), mode="clip")
