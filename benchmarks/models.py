@@ -11,8 +11,8 @@ or torchvision's default 0.05) is exported by each of torch's exporters (the Tor
 runs in a plain ``onnxruntime.InferenceSession``; :func:`dml_onnx.raising.raise_model` turns its
 ``RoiAlign`` nodes into ``RoiAlign1``, which runs in ``dml_onnx.InferenceSession``. Both get the
 same session options (``intra_op_num_threads`` = the cores). The script checks that the outputs
-agree, then prints per model the median of ``--repeat`` whole runs of each in each of three
-alternating rounds (a new session each), and, from
+agree, then prints per model the median of ``--repeat`` whole runs of each in each of five
+alternating rounds (a new session each, its first two runs untimed), and, from
 onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session's trace
 holds its kernel calls as nodes too), the node time per run summed per op type for the types
 that take the most time: per type the median over ``--repeat`` runs, after two warm-up runs.
@@ -192,7 +192,8 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     Each side runs alone: its sessions are gone, and their idle threads with them, before the
     other side starts (a plain session's spinning threads slow whatever runs next). The whole
     runs are timed in :data:`ROUNDS` alternating rounds, a new session each, so that a drift of
-    the machine's speed does not fall on one side."""
+    the machine's speed does not fall on one side; each session's first
+    :data:`_WARM_UP_RUNS` runs are not timed."""
     result = Result(name, cores)
     raised = raise_model(onnx.load_from_string(stock))
     result.raised_count = len(raised.raised)
@@ -210,6 +211,8 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
         for side, make in (("stock", plain), ("raised", ours)):
             session = make(_options(cores))
             outputs[side] = session.run(None, feeds)
+            for _ in range(_WARM_UP_RUNS - 1):
+                session.run(None, feeds)
             samples[side] += _times_ms(functools.partial(session.run, None, feeds), repeat)
             del session
             _settle()
@@ -224,8 +227,10 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     return result
 
 
-ROUNDS = 3
-"""Alternating rounds of whole runs per side (:func:`measure`)."""
+ROUNDS = 5
+"""Alternating rounds of whole runs per side (:func:`measure`): five, since on the server one
+side's round now and then took a fifth longer than the others (a 2-core Faster R-CNN call
+gave 1.19, the next ones 0.92-0.98)."""
 
 
 def _settle() -> None:
