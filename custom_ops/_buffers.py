@@ -11,8 +11,10 @@ large blocks (which only the user can tell it, for the whole process, before it 
 
 A block is free when nothing but this module refers to it: every array made from it refers to
 it (numpy's views and reshapes keep the owning array as their ``base``, and so does whatever
-holds those: a memoryview, an ``OrtValue`` made from it, a caller's output). Free blocks are
-kept up to :data:`KEPT_BYTES` in all, the least recently used dropped first.
+holds those: a memoryview, an ``OrtValue`` made from it, a caller's output). Each request
+drops the free blocks beyond :data:`KEPT_BYTES`, the least recently used first; so a process
+keeps the blocks its last calls used until its next large request (:func:`drop_free` drops
+every free one).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ REUSED_BYTES = 1 << 23
 """Arrays of at least this many bytes come from kept blocks; smaller ones from ``np.empty``
 (glibc reuses its smaller blocks itself)."""
 KEPT_BYTES = 1 << 29
-"""The most bytes of free blocks kept between calls."""
+"""The most bytes of free blocks a request leaves kept."""
 _GRANULE = 1 << 20  # a block's size is a whole number of these bytes
 _blocks: list[np.ndarray] = []  # uint8 blocks, least recently handed out first
 _lock = threading.Lock()
