@@ -224,6 +224,9 @@ def _fill(targets: list[tuple[np.ndarray, int]], data: _FileData | memoryview
         pool.shutdown()
         read(pieces)
         return lambda: None
+    except BaseException:  # Ctrl-C as a thread started, maybe before the pool registered it:
+        pool.shutdown(wait=False)  # the end it queues reaches every reader
+        raise
 
     def wait() -> None:
         pool.shutdown()  # every read ends

@@ -120,6 +120,32 @@ def test_weights_read_in_small_pieces_on_threads_hold_exactly_their_values(
     _check_split(model, light, arrays)
 
 
+def test_an_interrupt_while_a_reader_starts_ends_every_reader(tmp_path, monkeypatch):
+    """A signal handler that raises (Ctrl-C) just as a reader thread has started: the load
+    raises it, and every reader ends even while the exception, whose traceback holds the
+    readers' pool, is kept (as the interpreter keeps an uncaught one until exit; a reader the
+    pool had started but not registered waited for work for ever, and the exit for it)."""
+    import threading
+    import time
+
+    _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch)
+    start = threading.Thread.start
+
+    def start_then_interrupt(thread):
+        monkeypatch.setattr(threading.Thread, "start", start)
+        start(thread)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt) as kept:
+        load_without_weights(tmp_path / "model.onnx")
+    deadline = time.monotonic() + 30
+    while [t for t in threading.enumerate() if t.name.startswith("dml_onnx-weights")]:
+        assert time.monotonic() < deadline, "a reader thread is still waiting for work"
+        time.sleep(0.01)
+    assert kept.value.__traceback__ is not None
+
+
 def test_meanwhile_runs_on_the_stubbed_model_while_the_weights_are_read(tmp_path, monkeypatch):
     """read_without_weights calls ``meanwhile`` with the model of stubs while the reads are
     under way (each read on the readers' threads waits until it has been called: read
