@@ -173,6 +173,29 @@ def transpose_bands(cuts, planes, out):
         transpose_rows(planes, out, cuts[g], cuts[g + 1])
 
 
+@jit
+def transpose_runs(planes, out, runs, start, stop):
+    """:func:`transpose_rows` on the rows ``start:stop`` of the runs' rows counted in order
+    (``runs [K, 2]``: start and stop of each run of flat rows, ascending)."""
+    seen = 0
+    for k in range(runs.shape[0]):
+        if seen >= stop:
+            break
+        length = runs[k, 1] - runs[k, 0]
+        first, last = max(start - seen, 0), min(stop - seen, length)
+        if first < last:
+            transpose_rows(planes, out, runs[k, 0] + first, runs[k, 0] + last)
+        seen += length
+
+
+@parallel_jit
+def transpose_runs_bands(cuts, runs, planes, out):
+    """:func:`transpose_runs` on the bands ``cuts[g]:cuts[g + 1]`` of the runs' rows, one
+    thread each."""
+    for g in prange(cuts.size - 1):
+        transpose_runs(planes, out, runs, cuts[g], cuts[g + 1])
+
+
 def _compile_every_signature() -> None:
     """Compile (or load from the cache) every signature :func:`channels_last` and
     :func:`converted` call, while the module loads on :func:`~custom_ops._threads.compiled`'s
@@ -185,6 +208,9 @@ def _compile_every_signature() -> None:
             planes = types.Array(source, 3, "C", readonly=readonly)
             transpose_rows.compile((planes, out, types.int64, types.int64))
             transpose_bands.compile((types.Array(types.int64, 1, "C"), planes, out))
+            runs = types.Array(types.int64, 2, "C")
+            transpose_runs.compile((planes, out, runs, types.int64, types.int64))
+            transpose_runs_bands.compile((types.Array(types.int64, 1, "C"), runs, planes, out))
     cuts, floats = types.Array(types.int64, 1, "C"), types.Array(types.float32, 1, "C")
     for readonly in (False, True):
         halves, words = (types.Array(types.uint16, 1, "C", readonly=readonly),

@@ -148,15 +148,8 @@ def axis_samples(first, size, n, outputs, length, settings, align, linear):
     t = np.empty(total, settings.dtype)
     zero, one, half = ct(0), ct(1), ct(0.5)
     top, end = ct(length - 1), ct(length)
-    out_offset, in_offset = settings[0], settings[1]
     for s in range(total):
-        if not align:
-            ts = (ct(s) - out_offset) / ct(total)
-        elif total > 1:
-            ts = (ct(s) - out_offset) / ct(total - 1)
-        else:
-            ts = half
-        coordinate = first + ts * size - in_offset
+        ts, coordinate = sample_position(s, total, first, size, settings, align)
         if align:
             within = coordinate >= zero and coordinate <= top
         else:
@@ -177,6 +170,96 @@ def axis_samples(first, size, n, outputs, length, settings, align, linear):
         unclamped[s] = within and coordinate == clamped
         t[s] = ts
     return lo, hi, w_lo, w_hi, inside, unclamped, t
+
+
+@jit
+def sample_position(s, total, first, size, settings, align):
+    """Sample ``s`` of the ``total`` along an axis: ``(t(s), X(s))`` in ``ct``."""
+    ct = settings.dtype.type
+    if not align:
+        ts = (ct(s) - settings[0]) / ct(total)
+    elif total > 1:
+        ts = (ct(s) - settings[0]) / ct(total - 1)
+    else:
+        ts = ct(0.5)
+    return ts, first + ts * size - settings[1]
+
+
+@jit
+def read_span(first, size, n, outputs, length, settings, align):
+    """``(a, b)``: every pixel that a region's samples along an axis of ``length`` pixels
+    read lies in ``a..b`` (both corners of both interpolations, or the nearest pixel). ``X(s)``
+    is monotonic in ``s`` (every operation of :func:`sample_position` rounds monotonically),
+    so the first and last samples bound the others; both are clamped into the image as the
+    reads are (a sample out of bounds reads nothing: the span may hold more than is read)."""
+    ct = settings.dtype.type
+    total = outputs * n
+    _, start = sample_position(0, total, first, size, settings, align)
+    _, end = sample_position(total - 1, total, first, size, settings, align)
+    top = ct(length - 1)
+    low = min(max(min(start, end), ct(0)), top)
+    high = min(max(max(start, end), ct(0)), top)
+    return int(np.floor(low)), min(int(np.floor(high)) + 1, length - 1)
+
+
+@jit
+def read_runs(images, height, width, batch, first, size, n, outputs, settings, align, gap):
+    """The pixels that the regions' samples read, in runs of whole blocks of 8 flat pixel
+    indices ``(b * H + y) * W + x``: ``runs [K, 2]`` (start, stop; the last may stop at the
+    image's end), ascending, where two runs fewer than ``gap`` blocks apart are one; and the
+    pixels the runs hold. Each region marks the rectangle of its :func:`read_span` along y
+    and x (the corners of a difference array, then its prefix sums: O(R + N H W))."""
+    marks = np.zeros((images, height + 1, width + 1), np.int32)
+    for r in range(batch.size):
+        ya, yb = read_span(first[0, r], size[0, r], n[0, r], outputs[0], height, settings,
+                           align)
+        xa, xb = read_span(first[1, r], size[1, r], n[1, r], outputs[1], width, settings,
+                           align)
+        b = batch[r]
+        marks[b, ya, xa] += 1
+        marks[b, ya, xb + 1] -= 1
+        marks[b, yb + 1, xa] -= 1
+        marks[b, yb + 1, xb + 1] += 1
+    pixels = images * height * width
+    read = np.zeros((pixels + 7) // 8, np.bool_)  # per block of 8 pixels
+    for b in range(images):
+        for y in range(height):
+            row = 0
+            for x in range(width):
+                row += marks[b, y, x]
+                marks[b, y, x] = row + (marks[b, y - 1, x] if y else 0)
+                if marks[b, y, x] > 0:
+                    read[((b * height + y) * width + x) // 8] = True
+    runs = np.empty((_block_runs(read, gap, np.empty((0, 2), np.int64)), 2), np.int64)
+    _block_runs(read, gap, runs)
+    held = 0
+    for k in range(runs.shape[0]):
+        runs[k, 0], runs[k, 1] = 8 * runs[k, 0], min(8 * runs[k, 1], pixels)
+        held += runs[k, 1] - runs[k, 0]
+    return runs, held
+
+
+@jit
+def _block_runs(read, gap, runs):
+    """The runs of True in ``read``, those fewer than ``gap`` apart joined: how many; each
+    written into ``runs`` (start, stop) where it has the rows."""
+    count, start, last = 0, -1, -1
+    for f in range(read.size):
+        if not read[f]:
+            continue
+        if start >= 0 and f - last > gap:
+            if runs.shape[0]:
+                runs[count, 0], runs[count, 1] = start, last + 1
+            count += 1
+            start = -1
+        if start < 0:
+            start = f
+        last = f
+    if start >= 0:
+        if runs.shape[0]:
+            runs[count, 0], runs[count, 1] = start, last + 1
+        count += 1
+    return count
 
 
 @jit

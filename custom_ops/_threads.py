@@ -27,10 +27,13 @@ from custom_ops._checks import KernelError
 from custom_ops.limits import work_limit
 
 
-def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``.
+def channels_last(X: np.ndarray, dtype: np.dtype, runs: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """``X [N, C, H, W]`` as a contiguous ``[N, H, W, C]`` array of ``dtype``; with ``runs``
+    (``[K, 2]`` ascending start and stop of runs of flat pixels ``(n * H + y) * W + x``), only
+    those pixels: the others are left as the array's memory had them.
 
-    Up to :data:`GRAIN` values in one numpy call; above, by the compiled tiles of
+    Up to :data:`GRAIN` values in one numpy call (every pixel); above, by the compiled tiles of
     :mod:`custom_ops._layout_loops`, in bands of pixels over the threads (started from
     compiled code: numpy's strided copies, one task per band of channels, held the interpreter
     lock between them and took longer at 16 threads than at 2)."""
@@ -42,9 +45,15 @@ def channels_last(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if X.dtype == np.float16:  # numba takes no float16: its bits, converted in the same pass
         planes = planes.view(np.uint16)
     loops = compiled("_layout_loops")
-    run_bands(bands(n * h * w, X.size),
-              lambda start, stop: loops.transpose_rows(planes, out, start, stop),
-              lambda cuts: loops.transpose_bands(cuts, planes, out))
+    if runs is None:
+        run_bands(bands(n * h * w, X.size),
+                  lambda start, stop: loops.transpose_rows(planes, out, start, stop),
+                  lambda cuts: loops.transpose_bands(cuts, planes, out))
+    else:
+        pixels = int((runs[:, 1] - runs[:, 0]).sum())
+        run_bands(bands(pixels, pixels * c),
+                  lambda start, stop: loops.transpose_runs(planes, out, runs, start, stop),
+                  lambda cuts: loops.transpose_runs_bands(cuts, runs, planes, out))
     return out.reshape(n, h, w, c)
 
 

@@ -19,8 +19,9 @@ reads ``out_of_bounds_input_value``; the others are clamped into the image and r
 float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
-threads, over a channels-last copy of X where the samples read at least as many values as X
-holds (float16: :data:`PLANAR_SHARE` of them), else over X where it lies (float16 as its
+threads, over a channels-last copy of X where the samples read at least as many values as
+the copy takes (float16: :data:`PLANAR_SHARE` of them; a large image of many channels is
+copied only where the regions read it, :data:`RUN_CHANNELS`), else over X where it lies (float16 as its
 bits, each value read as float32 through a table), every channel at a plane's stride (a
 detector's finest FPN level with few regions: no copy of the map); a float16 Y is written
 as its bits, each value rounded as it is stored (no float32 Y, nor a pass to convert it); a
@@ -76,6 +77,13 @@ twice float32's cost there, while its channels-last copy converts in 8 x 8 vecto
 (the benchmark's FPN P2 row, X [1,256,200,272] with 156 regions whose samples read 0.56 of
 it, on the 2-core machine: 15.4 ms read where it lies, 12.0 ms copied; float32 8.1 and 9.5
 ms)."""
+RUN_CHANNELS = 16
+"""Larger images of at least this many channels are copied channels-last only where the
+regions read them (:func:`~custom_ops._roi_loops.read_runs`, which costs about what a copy
+of a few channels does): a detector's finest FPN level is read in part (Faster R-CNN's P2 in
+the benchmark, 133 regions: 0.72 of its pixels)."""
+RUN_GAP = 2
+"""Runs of pixels read fewer than this many blocks of 8 pixels apart are copied as one."""
 FLOAT_TYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
@@ -132,12 +140,19 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                                serial_work(), settings[X.dtype], *flags, out):
             return Y
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
-    # few samples against a large image: read it where it lies
-    planar = plan.work < X.size * PLANAR_SHARE.get(X.dtype, 1.0)
+    runs, copied = None, X.size  # the pixels a channels-last copy takes, and their values
+    if X.size > SMALL_IMAGE and X.shape[1] >= RUN_CHANNELS:
+        runs, pixels = loops.read_runs(X.shape[0], X.shape[2], X.shape[3], plan.batch,
+                                       plan.first, plan.size, plan.n, size, settings[X.dtype],
+                                       sampling.align_corners, RUN_GAP)
+        copied = pixels * X.shape[1]
+    # few samples against what the regions read of a large image: read it where it lies
+    planar = plan.work < copied * PLANAR_SHARE.get(X.dtype, 1.0)
     if planar:  # (float16 as its bits)
         image, loop = _planes(X, dtype), loops.forward_planar
-    else:  # the channels-last copy pays for itself
-        image, loop = (Xt if X.size <= SMALL_IMAGE else channels_last(X, dtype)), loops.forward
+    else:  # the channels-last copy (of the pixels read) pays for itself
+        image, loop = (Xt if X.size <= SMALL_IMAGE else
+                       channels_last(X, dtype, None if copied == X.size else runs)), loops.forward
     arguments = plan.batch, plan.first, plan.size, plan.n
     run_interleaved(len(indices), plan.work,
                     lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags,

@@ -427,3 +427,120 @@ def test_the_layout_follows_the_share_of_the_image_the_samples_read(monkeypatch)
                    (3, 4), **attrs)
     assert half_planar == {False} and set(planar_calls) == {True}
     np.testing.assert_array_equal(Y.view(np.uint16), wide.astype(np.float16).view(np.uint16))
+
+
+# ----------------------------------------------------------------------------------------------
+# the channels-last copy of only the pixels the regions read
+
+
+def _pixels_read(X_shape, plan, sampling, size, settings):
+    """``[N, H, W]`` bool: the pixels the forward loop reads, sample by sample (the corners of
+    every in-bounds sample, as :func:`custom_ops._roi_loops.forward` reads them)."""
+    from custom_ops import _roi_loops as loops
+
+    n, _, h, w = X_shape
+    read = np.zeros((n, h, w), bool)
+    for r in range(plan.batch.size):
+        ys = loops.axis_samples(plan.first[0, r], plan.size[0, r], plan.n[0, r], size[0], h,
+                                settings, sampling.align_corners, sampling.linear)
+        xs = loops.axis_samples(plan.first[1, r], plan.size[1, r], plan.n[1, r], size[1], w,
+                                settings, sampling.align_corners, sampling.linear)
+        rows = np.concatenate([ys[0][ys[4]], ys[1][ys[4]]])
+        columns = np.concatenate([xs[0][xs[4]], xs[1][xs[4]]])
+        read[plan.batch[r], rows[:, None], columns[None, :]] = True
+    return read
+
+
+def _region_plan(rois, batch, X_shape, attrs, size, dtype):
+    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
+
+    sampling = check_sampling("RoiAlign1", "", **{**DEFAULTS, **attrs})
+    plan = Plan("RoiAlign1", "", X_shape, rois, batch, sampling, size, np.dtype(dtype))
+    return plan, sampling, loop_settings(sampling, np.dtype(dtype), 0.0)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(cases())
+def test_property_the_runs_hold_every_pixel_a_sample_reads(case):
+    """:func:`~custom_ops._roi_loops.read_runs`: ascending runs of whole 8-pixel blocks (the
+    last may stop at the image's end), no two closer than the gap, holding every pixel that a
+    sample reads and the pixel count they say; and each region's
+    :func:`~custom_ops._roi_loops.read_span` along y and x holds every pixel its samples read
+    there. Regions out of bounds, reversed, or of size 0 included."""
+    from custom_ops import _roi_loops as loops
+
+    X, rois, batch, size, _, attrs, _ = case
+    for dtype in (np.float32, np.float64):
+        plan, sampling, loop_settings = _region_plan(rois.astype(dtype), batch, X.shape, attrs,
+                                                     size, dtype)
+        n, _, h, w = X.shape
+        for gap in (1, 2, 5):
+            runs, held = loops.read_runs(n, h, w, plan.batch, plan.first, plan.size, plan.n,
+                                         size, loop_settings, sampling.align_corners, gap)
+            pixels = n * h * w
+            assert runs.ndim == 2 and runs.shape[1] == 2 and len(runs) >= 1
+            assert (runs[:, 0] % 8 == 0).all() and (runs[:, 0] < runs[:, 1]).all()
+            assert ((runs[:, 1] % 8 == 0) | (runs[:, 1] == pixels)).all()
+            assert (runs[1:, 0] - runs[:-1, 1] >= 8 * gap).all()
+            assert held == (runs[:, 1] - runs[:, 0]).sum() <= pixels
+            covered = np.zeros(pixels, bool)
+            for start, stop in runs:
+                covered[start:stop] = True
+            read = _pixels_read(X.shape, plan, sampling, size, loop_settings).reshape(-1)
+            assert covered[read].all()
+        for r in range(len(batch)):  # the spans themselves, pixel by pixel
+            for axis, length in ((0, X.shape[2]), (1, X.shape[3])):
+                args = (plan.first[axis, r], plan.size[axis, r], plan.n[axis, r], size[axis],
+                        length, loop_settings, sampling.align_corners)
+                a, b = loops.read_span(*args)
+                lo, hi, _, _, inside, _, _ = loops.axis_samples(*args, sampling.linear)
+                assert 0 <= a <= b < length
+                assert (lo[inside] >= a).all() and (hi[inside] <= b).all()
+
+
+@pytest.mark.parametrize("attrs", ATTRIBUTE_SETS, ids=range(len(ATTRIBUTE_SETS)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_a_copy_of_the_pixels_read_gives_the_bits_of_a_whole_copy(attrs, dtype, monkeypatch):
+    """A large image of many channels is copied channels-last only where the regions read it
+    (:data:`~custom_ops.roi_align1.RUN_CHANNELS`); the rest of the copy holds NaN here, which
+    a read would carry into the outputs. The outputs are the whole copy's, bit for bit, on one
+    thread and on several; and a copy that leaves out one run the regions read does show."""
+    from custom_ops import _threads, roi_align1
+
+    rng = np.random.default_rng(47)
+    X = rng.standard_normal((2, 16, 60, 70)).astype(dtype)
+    assert X.size > roi_align1.SMALL_IMAGE and X.shape[1] >= roi_align1.RUN_CHANNELS
+    corner = rng.uniform(-6, 50, (14, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(-4, 18, (14, 2))], 1).astype(dtype)
+    batch = rng.integers(0, 2, 14)
+
+    def poisoned(shape, dtype):
+        return np.full(shape, np.nan, dtype)
+    monkeypatch.setattr(_threads, "empty", poisoned)
+    copies = []
+    copy = _threads.channels_last
+    monkeypatch.setattr(roi_align1, "channels_last", lambda X, dtype, runs=None: (
+        copies.append(runs), copy(X, dtype, runs))[1])
+    monkeypatch.setattr(roi_align1, "PLANAR_SHARE", {np.dtype(dtype): 0.0})  # never planar
+    results = []
+    for threads in (1, 3):
+        monkeypatch.setattr(_threads, "THREADS", threads)
+        monkeypatch.setattr(_threads, "GRAIN", 1024)  # bands of the runs on every thread
+        results.append(forward(X, rois, batch, (3, 4), 0.25, **attrs))
+    assert all(runs is not None for runs in copies)
+    held = (copies[0][:, 1] - copies[0][:, 0]).sum()
+    assert 0 < held < X.shape[0] * X.shape[2] * X.shape[3]  # some pixels are left out
+    monkeypatch.setattr(roi_align1, "RUN_CHANNELS", X.shape[1] + 1)  # the whole image
+    whole = forward(X, rois, batch, (3, 4), 0.25, **attrs)
+    assert copies[-1] is None
+    for got in results:
+        np.testing.assert_array_equal(got.view(np.uint8), whole.view(np.uint8))
+    assert not np.isnan(whole).all()
+    # without the longest run the regions read, NaN reaches the outputs (a maximum ignores
+    # NaN samples: there, the outputs change)
+    monkeypatch.setattr(roi_align1, "RUN_CHANNELS", 0)
+    longest = int(np.argmax(copies[0][:, 1] - copies[0][:, 0]))
+    monkeypatch.setattr(roi_align1, "channels_last", lambda X, dtype, runs=None: copy(
+        X, dtype, np.delete(runs, longest, axis=0)))
+    short = forward(X, rois, batch, (3, 4), 0.25, **attrs)
+    assert not np.array_equal(short.view(np.uint8), whole.view(np.uint8))
