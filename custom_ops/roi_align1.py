@@ -19,9 +19,9 @@ reads ``out_of_bounds_input_value``; the others are clamped into the image and r
 float32 and rounded once.
 
 Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
-threads, over a channels-last copy of X where the samples read at least as many values as
-the copy takes (float16: :data:`PLANAR_SHARE` of them; a large image of many channels is
-copied only where the regions read it, :data:`RUN_CHANNELS`), else over X where it lies (float16 as its
+threads, over a channels-last copy of X where the samples read at least as many values as X
+holds (float16: :data:`PLANAR_SHARE` of them; of a large image of many channels, only the
+pixels the regions read: :data:`RUN_CHANNELS`), else over X where it lies (float16 as its
 bits, each value read as float32 through a table), every channel at a plane's stride (a
 detector's finest FPN level with few regions: no copy of the map); a float16 Y is written
 as its bits, each value rounded as it is stored (no float32 Y, nor a pass to convert it); a
@@ -140,19 +140,15 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                                serial_work(), settings[X.dtype], *flags, out):
             return Y
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
-    runs, copied = None, X.size  # the pixels a channels-last copy takes, and their values
-    if X.size > SMALL_IMAGE and X.shape[1] >= RUN_CHANNELS:
-        runs, pixels = loops.read_runs(X.shape[0], X.shape[2], X.shape[3], plan.batch,
-                                       plan.first, plan.size, plan.n, size, settings[X.dtype],
-                                       sampling.align_corners, RUN_GAP)
-        copied = pixels * X.shape[1]
-    # few samples against what the regions read of a large image: read it where it lies
-    planar = plan.work < copied * PLANAR_SHARE.get(X.dtype, 1.0)
+    # few samples against a large image: read it where it lies (no copy of it in memory)
+    planar = plan.work < X.size * PLANAR_SHARE.get(X.dtype, 1.0)
     if planar:  # (float16 as its bits)
         image, loop = _planes(X, dtype), loops.forward_planar
-    else:  # the channels-last copy (of the pixels read) pays for itself
-        image, loop = (Xt if X.size <= SMALL_IMAGE else
-                       channels_last(X, dtype, None if copied == X.size else runs)), loops.forward
+    elif X.size <= SMALL_IMAGE:
+        image, loop = Xt, loops.forward
+    else:  # the channels-last copy pays for itself: of the pixels the regions read
+        image, loop = channels_last(X, dtype, _read_runs(loops, X, plan, size, sampling,
+                                                         settings[X.dtype])), loops.forward
     arguments = plan.batch, plan.first, plan.size, plan.n
     run_interleaved(len(indices), plan.work,
                     lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags,
@@ -160,6 +156,19 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                     lambda groups: loops.forward_groups(planar, groups, image, *arguments,
                                                         settings[X.dtype], *flags, out))
     return Y
+
+
+def _read_runs(loops: Any, X: np.ndarray, plan: Plan, size: tuple[int, int], sampling: Sampling,
+               settings: np.ndarray) -> np.ndarray | None:
+    """The runs of pixels of ``X`` that the regions read (see
+    :func:`~custom_ops._roi_loops.read_runs`), for a copy of those alone; None (copy every
+    pixel) for fewer than :data:`RUN_CHANNELS` channels, or where the runs hold them all."""
+    if X.shape[1] < RUN_CHANNELS:
+        return None
+    runs, pixels = loops.read_runs(X.shape[0], X.shape[2], X.shape[3], plan.batch, plan.first,
+                                   plan.size, plan.n, size, settings, sampling.align_corners,
+                                   RUN_GAP)
+    return None if pixels == X.shape[0] * X.shape[2] * X.shape[3] else runs
 
 
 def _planes(X: np.ndarray, dtype: np.dtype) -> np.ndarray:
