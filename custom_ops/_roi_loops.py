@@ -209,7 +209,7 @@ def read_runs(images, height, width, batch, first, size, n, outputs, settings, a
     image's end), ascending, where two runs fewer than ``gap`` blocks apart are one; and the
     pixels the runs hold. Each region marks the rectangle of its :func:`read_span` along y
     and x (the corners of a difference array, then its prefix sums: O(R + N H W))."""
-    marks = np.zeros((images, height + 1, width + 1), np.int32)
+    marks = np.zeros((images, height + 1, width + 1), np.int64)  # counts up to R
     for r in range(batch.size):
         ya, yb = read_span(first[0, r], size[0, r], n[0, r], outputs[0], height, settings,
                            align)
