@@ -166,13 +166,6 @@ def _transpose_8x8(typingctx, source, start, step, target, first, stride):
     return signature, codegen
 
 
-@parallel_jit
-def transpose_bands(cuts, planes, out):
-    """:func:`transpose_rows` on the bands of rows ``cuts[g]:cuts[g + 1]``, one thread each."""
-    for g in prange(cuts.size - 1):
-        transpose_rows(planes, out, cuts[g], cuts[g + 1])
-
-
 @jit
 def transpose_runs(planes, out, runs, start, stop):
     """:func:`transpose_rows` on the rows ``start:stop`` of the runs' rows counted in order
@@ -206,8 +199,6 @@ def _compile_every_signature() -> None:
         out = types.Array(target, 3, "C")
         for readonly in (False, True):
             planes = types.Array(source, 3, "C", readonly=readonly)
-            transpose_rows.compile((planes, out, types.int64, types.int64))
-            transpose_bands.compile((types.Array(types.int64, 1, "C"), planes, out))
             runs = types.Array(types.int64, 2, "C")
             transpose_runs.compile((planes, out, runs, types.int64, types.int64))
             transpose_runs_bands.compile((types.Array(types.int64, 1, "C"), runs, planes, out))

@@ -46,14 +46,11 @@ def channels_last(X: np.ndarray, dtype: np.dtype, runs: np.ndarray | None = None
         planes = planes.view(np.uint16)
     loops = compiled("_layout_loops")
     if runs is None:
-        run_bands(bands(n * h * w, X.size),
-                  lambda start, stop: loops.transpose_rows(planes, out, start, stop),
-                  lambda cuts: loops.transpose_bands(cuts, planes, out))
-    else:
-        pixels = int((runs[:, 1] - runs[:, 0]).sum())
-        run_bands(bands(pixels, pixels * c),
-                  lambda start, stop: loops.transpose_runs(planes, out, runs, start, stop),
-                  lambda cuts: loops.transpose_runs_bands(cuts, runs, planes, out))
+        runs = np.array([[0, n * h * w]], np.int64)
+    pixels = int((runs[:, 1] - runs[:, 0]).sum())
+    run_bands(bands(pixels, pixels * c),
+              lambda start, stop: loops.transpose_runs(planes, out, runs, start, stop),
+              lambda cuts: loops.transpose_runs_bands(cuts, runs, planes, out))
     return out.reshape(n, h, w, c)
 
 
