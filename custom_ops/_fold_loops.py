@@ -24,9 +24,12 @@ def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
     Tap ``t`` (row-major over the window) and block ``b`` (row-major over the block grid
     ``blocks``): the value at ``(t, b)`` is added at the position
     ``p_d = b_d * strides[d] + offsets[t, d]`` when every ``p_d`` lies in ``[0, output[d])``
-    (``offsets[t, d] = i_d * dilation_d - start_d``). Taps go in order and each tap's values in
-    block order: one run per line of the block grid along the last axis, the lines of each row
-    range along the second-last axis clipped to the output beforehand.
+    (``offsets[t, d] = i_d * dilation_d - start_d``). Each output element is a sequential sum
+    from 0 of its values in ascending block order, as DirectML sums (specification section 6):
+    along an axis a larger tap meets a given position from a smaller block, so the taps go in
+    descending row-major order, which is ascending row-major block order. Each tap's values go
+    in block order: one run per line of the block grid along the last axis, the lines of each
+    row range along the second-last axis clipped to the output beforehand.
     """
     k = blocks.size
     last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
@@ -37,7 +40,7 @@ def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
                                                  output[k - 2])
     groups = x.shape[1] // last_blocks // rows  # combinations of the leading axes
     y[:] = 0
-    for t in range(x.shape[0]):
+    for t in range(x.shape[0] - 1, -1, -1):  # ascending blocks (docstring)
         line = x[t]
         shift = offsets[t, k - 1]
         lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...

@@ -48,11 +48,13 @@ class Window(NamedTuple):
 def check_window_attributes(op: str, node: str, *, window: tuple[str, Sequence[int]],
                             strides: Sequence[int] | None, dilations: Sequence[int] | None,
                             start_padding: Sequence[int] | None, end_padding: Sequence[int] | None,
-                            spatial_dims: Sequence[int] = (1, 2, 3, 4, 5, 6)) -> int:
+                            spatial_dims: Sequence[int] = (1, 2, 3, 4, 5, 6),
+                            lowest_dilation: int = 1) -> int:
     """Check the sliding-window attributes of LpPooling, Unfold and Fold; return k.
 
     ``window`` is ``(attribute name, values)``. The other lists may be empty (their default)
-    or have one value per spatial axis.
+    or have one value per spatial axis. Dilations start at ``lowest_dilation`` (Unfold and
+    Fold accept 0, as DirectML does: **Measured**, specification sections 5 and 6).
     """
     window_name, window_values = window
     k = len(window_values)
@@ -60,7 +62,8 @@ def check_window_attributes(op: str, node: str, *, window: tuple[str, Sequence[i
         raise KernelError(op, node, window_name, list(window_values),
                           f"must have {_count_phrase(spatial_dims)} values, not {k}")
     check_ints(op, node, window_name, window_values, minimum=1)
-    for name, values, minimum in (("strides", strides, 1), ("dilations", dilations, 1),
+    for name, values, minimum in (("strides", strides, 1),
+                                  ("dilations", dilations, lowest_dilation),
                                   ("start_padding", start_padding, 0),
                                   ("end_padding", end_padding, 0)):
         if values:
@@ -157,13 +160,14 @@ def sliding_block_counts(op: str, node: str, spatial_shape: Sequence[int], windo
 def window_attributes(op: str, node: str, window_sizes: Sequence[int], strides: Sequence[int],
                       dilations: Sequence[int], start_padding: Sequence[int],
                       end_padding: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """Check the window attributes of Unfold / Fold; return them with defaults filled in.
+    """Check the window attributes of Unfold / Fold (a dilation may be 0); return them with
+    defaults filled in.
 
     Returns ``(window, strides, dilations, start_padding, end_padding)``, each of length k.
     """
     k = check_window_attributes(op, node, window=("window_sizes", window_sizes), strides=strides,
                                 dilations=dilations, start_padding=start_padding,
-                                end_padding=end_padding)
+                                end_padding=end_padding, lowest_dilation=0)
     return (tuple(int(v) for v in window_sizes), filled(strides, k, 1), filled(dilations, k, 1),
             filled(start_padding, k, 0), filled(end_padding, k, 0))
 

@@ -7,9 +7,11 @@
 
 (``kidx`` / ``bidx``: row-major tap / block index, as in Unfold); values that land in the
 padding are dropped. ``L`` must equal ``prod(B_d)`` computed from ``output_size`` with Unfold's
-formula. Numeric types only (not bool). Integer types accumulate in their own type and wrap
-around like numpy; float32 and float64 accumulate in their own type; float16 accumulates in
-float32 and is rounded once at the end.
+formula. Numeric types only (not bool). Each output element is a sequential sum from 0 of its
+values in ascending block index, as DirectML sums (**Measured**). Integer types accumulate in
+their own type and wrap around like numpy; float32 and float64 accumulate in their own type;
+float16 accumulates in float32 and is rounded once at the end. A dilation of 0 (accepted, as
+DirectML accepts it) gives all zeros, as DirectML's Fold does (**Measured**).
 
 Implementation: the compiled loop of :mod:`custom_ops._fold_loops`, planes ``N * C`` split
 over threads (started from compiled code). Per plane the output is zeroed, then every tap adds
@@ -41,17 +43,18 @@ OP = "Fold"
 def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...],
               dilations: tuple[int, ...], start_padding: tuple[int, ...],
               end_padding: tuple[int, ...],
-              output_size: tuple[int, ...]) -> tuple[WindowGeometry, tuple[int, ...]]:
-    """Check the attributes; the window geometry over ``output_size``, and ``output_size``.
+              output_size: tuple[int, ...]) -> tuple[WindowGeometry, tuple[int, ...], bool]:
+    """Check the attributes; the window geometry over ``output_size``, ``output_size``, and
+    whether a dilation is 0 (the output is then all zeros).
 
-    Cheap, unlike :func:`_plan` (one entry per window tap): attribute checks use this alone.
-    Cached (invalid attributes raise every time).
+    Cheap, unlike :func:`_loop_tables` (one entry per window tap): attribute checks use this
+    alone. Cached (invalid attributes raise every time).
     """
-    window = window_attributes(OP, node, window_sizes, strides, dilations, start_padding,
-                               end_padding)[0]
+    window, _, dilations, _, _ = window_attributes(OP, node, window_sizes, strides, dilations,
+                                                   start_padding, end_padding)
     output = check_ints(OP, node, "output_size", output_size, minimum=0, length=len(window))
     return window_geometry(OP, node, output, window_sizes, strides, dilations, start_padding,
-                           end_padding), output
+                           end_padding), output, 0 in dilations
 
 
 def check_input(node: str, X: np.ndarray, window: Sequence[int], blocks: Sequence[int],
@@ -80,10 +83,10 @@ def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[in
             ) -> Callable[[np.ndarray], np.ndarray]:
     """:func:`fold` for one node, its attributes checked once (including a block count below
     1 over ``output_size``): ``run(X) -> Y``."""
-    geometry, output = _geometry(node, *map(as_key, (window_sizes, strides, dilations,
-                                                     start_padding, end_padding, output_size)))
+    geometry, output, zeros = _geometry(node, *map(as_key, (
+        window_sizes, strides, dilations, start_padding, end_padding, output_size)))
     tables = functools.cache(lambda: _loop_tables(geometry, output))  # for the first data
-    return functools.partial(_run, node, geometry, output, tables, LayoutMemo())
+    return functools.partial(_run, node, geometry, output, zeros, tables, LayoutMemo())
 
 
 def fold(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
@@ -92,7 +95,7 @@ def fold(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
     return prepare(node=node, **attributes)(X)
 
 
-def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
+def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...], zeros: bool,
          tables: Callable[[], tuple[np.ndarray, ...]], layout: LayoutMemo, X: np.ndarray
          ) -> np.ndarray:
     X = np.asarray(X)
@@ -102,7 +105,9 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...],
     taps = math.prod(geometry.window.sizes)
     c = rows // taps
     Y = empty((n * c, math.prod(output)), X.dtype)
-    if Y.size:  # then X is not empty either: it holds at least one tap and block per plane
+    if zeros:
+        Y.fill(0)
+    elif Y.size:  # then X is not empty either: it holds at least one tap and block per plane
         _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables())
     return Y.reshape(n, c, *output)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,23 +52,31 @@ the kernel accumulates float16 in float32)."""
 
 
 def _standard_form(node: StandardNode) -> None:
-    """``Col2Im``, or an exact scatter-add; float16 runs in float32 and is rounded once.
+    """``Col2Im``, an exact scatter-add, or zeros; float16 runs in float32 and is rounded once.
 
     ``Col2Im`` (opset 18 and later) for float32 and float16 when the node prefers native ops,
-    k >= 2 (Col2Im's minimum), every output size is at least 1 (onnxruntime refuses 0), and
-    k == 2 or every dilation is 1: onnxruntime's N-d path (k >= 3) is wrong with dilations (it
-    passes the dilated window and the dilations), so those nodes use the decomposition.
-    onnxruntime's ``Col2Im`` refuses an empty channel axis: an error, never a wrong value.
+    k >= 2 (Col2Im's minimum), every output size is at least 1 (onnxruntime refuses 0), every
+    dilation at least 1, and k == 2 or every dilation is 1: onnxruntime's N-d path (k >= 3) is
+    wrong with dilations (it passes the dilated window and the dilations), so those nodes use
+    the decomposition. onnxruntime's ``Col2Im`` refuses an empty channel axis: an error, never
+    a wrong value. ``Col2Im`` sums in its own order (taps first), not DirectML's.
+
+    A dilation of 0: zeros of the output's shape (``ConstantOfShape``), as DirectML's Fold.
 
     Otherwise, and for the other types: ``ScatterElements`` with ``reduction="add"`` of ``X``
-    as ``[N, C, W * L]`` into zeros ``[N, C, prod(P)]`` (``P`` the padded output sizes) at
-    each tap's flat position in the padded output, ``Reshape`` to ``[N, C, P1..Pk]`` and
-    ``Slice`` off the padding. Integers add in their own type and wrap around, like the
-    kernel.
+    as ``[N, C, L * W]``, block-major, into zeros ``[N, C, prod(P)]`` (``P`` the padded output
+    sizes) at each value's flat position in the padded output, ``Reshape`` to
+    ``[N, C, P1..Pk]`` and ``Slice`` off the padding. onnxruntime's CPU kernel adds the updates
+    one after another in their order, so each output element is DirectML's sum: sequential,
+    in ascending block order. Integers add in their own type and wrap around, like the kernel.
     """
     a = node.attributes
     window, output = Window.of(a["window_sizes"], a), tuple(a["output_size"])
     compute = node.compute_type
+    if 0 in window.dilations:
+        node.op("ConstantOfShape", _shapes_of(node, node.inputs[0], window)(*output),
+                value=_zero(node.elem_type), outputs=node.outputs)
+        return
     x = node.to_compute(node.inputs[0])
     if (node.elem_type in NATIVE_TYPES and window.k >= 2 and min(output) >= 1
             and (window.k == 2 or all(d == 1 for d in window.dilations))
@@ -81,37 +89,48 @@ def _standard_form(node: StandardNode) -> None:
     node.finish("Cast", y)
 
 
+def _zero(elem_type: int) -> onnx.TensorProto:
+    """A one-element zero of ``elem_type``, the ``value`` of a ``ConstantOfShape``."""
+    return onnx.numpy_helper.from_array(np.zeros(1, helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def _shapes_of(node: StandardNode, x: str, window: Window) -> Callable[..., str]:
+    """``sized(*sizes)``: the shape ``[N, C, *sizes]`` built in the graph for
+    ``x [N, C * prod(window), L]`` (``N`` and ``C`` read once)."""
+    taps = math.prod(window.sizes)
+    planes = node.op("Concat", node.op("Shape", x, end=1),
+                     node.op("Div", node.op("Shape", x, start=1, end=2), node.constant([taps])),
+                     axis=0)
+    return lambda *sizes: node.op("Concat", planes, node.constant(list(sizes)), axis=0)
+
+
 def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
                  output: tuple[int, ...]) -> str:
-    """Fold of ``x`` (``elem_type``) as a scatter-add into the padded output, then a slice."""
+    """Fold of ``x`` (``elem_type``) as a scatter-add into the padded output, block-major (the
+    order of DirectML's sums), then a slice."""
     k, taps = window.k, math.prod(window.sizes)
     blocks = sliding_block_counts(kernel.OP, node.label, output, *window)
     padded = [o + s + e for o, s, e in zip(output, window.start, window.end)]
-    # flat position in the padded output of tap i and block b: sum over d of
-    # (b_d * stride_d + i_d * dilation_d) * (P_{d+1} * ... * P_k), as [w1..wk, B1..Bk]
+    # flat position in the padded output of block b and tap i: sum over d of
+    # (b_d * stride_d + i_d * dilation_d) * (P_{d+1} * ... * P_k), as [B1..Bk, w1..wk]
     index = None
     for d, (w, s, dilation) in enumerate(zip(window.sizes, window.strides, window.dilations)):
-        along = (np.arange(w)[:, None] * dilation + np.arange(blocks[d]) * s) \
+        along = (np.arange(blocks[d])[:, None] * s + np.arange(w) * dilation) \
             * math.prod(padded[d + 1:])
         shape = [1] * (2 * k)
-        shape[d], shape[k + d] = w, blocks[d]
+        shape[d], shape[k + d] = blocks[d], w
         term = node.constant(along.reshape(shape))
         index = term if index is None else node.op("Add", index, term)
     assert index is not None, "a window has at least one axis"
-    positions = [taps * math.prod(blocks)]
-    images = node.op("Concat", node.op("Shape", x, end=1),
-                     node.op("Div", node.op("Shape", x, start=1, end=2), node.constant([taps])),
-                     axis=0)
-
-    def sized(*sizes: int) -> str:
-        return node.op("Concat", images, node.constant(list(sizes)), axis=0)
-
-    zero = onnx.numpy_helper.from_array(np.zeros(1, helper.tensor_dtype_to_np_dtype(elem_type)))
-    summed = node.op("ScatterElements", node.op("ConstantOfShape", sized(math.prod(padded)),
-                                                value=zero),
-                     node.op("Expand", node.op("Reshape", index, node.constant(positions)),
-                             sized(*positions)),
-                     node.op("Reshape", x, sized(*positions)), axis=2, reduction="add")
+    positions = taps * math.prod(blocks)
+    sized = _shapes_of(node, x, window)
+    block_major = node.op("Transpose", node.op("Reshape", x, sized(taps, math.prod(blocks))),
+                          perm=[0, 1, 3, 2])
+    summed = node.op("ScatterElements",
+                     node.op("ConstantOfShape", sized(math.prod(padded)), value=_zero(elem_type)),
+                     node.op("Expand", node.op("Reshape", index, node.constant([positions])),
+                             sized(positions)),
+                     node.op("Reshape", block_major, sized(positions)), axis=2, reduction="add")
     grid = node.op("Reshape", summed, sized(*padded))
     if not window.padded:
         return grid
