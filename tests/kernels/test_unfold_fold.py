@@ -279,13 +279,14 @@ MAX_EXTRA = {1: 6, 2: 4, 3: 2, 4: 1, 5: 1, 6: 0}
 
 
 @st.composite
-def geometries(draw, max_k=4):
-    """(spatial, window, strides, dilations, start, end) with every block count >= 1."""
+def geometries(draw, max_k=4, lowest_dilation=0):
+    """(spatial, window, strides, dilations, start, end) with every block count >= 1; a
+    dilation may be 0 (DirectML's, spec sections 5 and 6) unless ``lowest_dilation`` is 1."""
     k = draw(st.integers(1, max_k))
     small = k >= 3
     w = [draw(st.integers(1, 2 if small else 3)) for _ in range(k)]
     s = [draw(st.integers(1, 2 if small else 4)) for _ in range(k)]
-    d = [draw(st.integers(1, 1 if small else 2)) for _ in range(k)]
+    d = [draw(st.integers(lowest_dilation, 1 if small else 2)) for _ in range(k)]
     a = [draw(st.integers(0, 1 if small else 2)) for _ in range(k)]
     e = [draw(st.integers(0, 1 if small else 2)) for _ in range(k)]
     spatial = []
@@ -340,8 +341,9 @@ def test_fold_float16_property_is_float32_rounded_once(geometry, n, c, threads, 
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
-@given(geometry=geometries(max_k=6))
+@given(geometry=geometries(max_k=6, lowest_dilation=1))
 def test_adjoint_property(geometry):
+    """Adjoint where Fold is Unfold's adjoint: a dilation of 0 makes Fold zeros (DirectML)."""
     spatial, w, s, d, a, e = geometry
     rng = np.random.default_rng(sum(spatial) + len(w))
     x = rng.integers(-(2 ** 20), 2 ** 20, size=(1, 2, *spatial))
@@ -363,3 +365,43 @@ def test_fixed_cases_cover_the_edges():
     assert any(1 in c[0] for c in CASES)
     assert any(s > w for c in CASES for s, w in zip(c[2], c[1]))
     assert {len(c[1]) for c in CASES} == {1, 2, 3, 4, 5, 6}
+
+
+# ----------------------------------------------------------------------------------------------
+# A dilation of 0 (spec sections 5 and 6, Measured on DirectML 1.15.4).
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(geometry=geometries(max_k=3), data=st.data())
+def test_unfold_dilation_zero_reads_one_position_per_axis(geometry, data):
+    """Unfold with a dilation of 0 is the formula read literally: along such an axis every
+    tap reads the position of tap 0, so each tap's rows equal those of a window of 1 there."""
+    spatial, w, s, d, a, e = geometry
+    zeroed = [data.draw(st.booleans()) for _ in w]
+    if not any(zeroed):
+        zeroed[0] = True
+    d = tuple(0 if z else v for z, v in zip(zeroed, d))
+    x = random_array(np.random.default_rng(sum(spatial) + 5), (1, 2, *spatial), np.float32)
+    got = unfold(x, **attrs(w, s, d, a, e))
+    single = tuple(1 if z else v for z, v in zip(zeroed, w))
+    base = unfold(x, **attrs(single, s, d, a, e)).reshape(1, 2, *single, -1)
+    for tap in np.ndindex(*w):
+        read = tuple(0 if z else i for z, i in zip(zeroed, tap))
+        row = got.reshape(1, 2, *w, -1)[(slice(None), slice(None), *tap)]
+        np.testing.assert_array_equal(row, base[(slice(None), slice(None), *read)])
+    np.testing.assert_array_equal(got, unfold_reference(x, **attrs(w, s, d, a, e)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.uint8])
+@pytest.mark.parametrize("dilations", [(0, 1), (1, 0), (0, 0)])
+def test_fold_dilation_zero_gives_zeros(dtype, dilations):
+    """DirectML's Fold returns zeros for a dilation of 0, whatever the values (NaN too)."""
+    w, s, a, e, out = (2, 3), (1, 2), (1, 0), (0, 2), (5, 6)
+    y = random_array(np.random.default_rng(4), fold_shape(2, 3, w, s, dilations, a, e, out),
+                     dtype)
+    if y.dtype.kind == "f":
+        y.flat[::7] = np.nan
+    got = fold(y, **attrs(w, s, dilations, a, e), output_size=list(out))
+    assert got.dtype == np.dtype(dtype) and got.shape == (2, 3, *out)
+    assert not got.any() and not np.signbit(got).any()
+    np.testing.assert_array_equal(got, fold_reference(y, **attrs(w, s, dilations, a, e),
+                                                      output_size=list(out)))
