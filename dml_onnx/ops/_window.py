@@ -18,13 +18,27 @@ WINDOW_SIZES = Attribute("window_sizes", "ints", "Window size along each spatial
                                                  "(k values, k = 1..6).")
 """The window attribute of Unfold and Fold (LpPooling's ``window_size`` is its own)."""
 
-WINDOW_ATTRIBUTES = (
-    Attribute("strides", "ints", "Step of the window along each spatial axis.", None, "all 1"),
-    Attribute("dilations", "ints", "Spacing between window taps along each spatial axis.", None,
-              "all 1"),
-    Attribute("start_padding", "ints", "Zero padding before each spatial axis.", None, "all 0"),
-    Attribute("end_padding", "ints", "Zero padding after each spatial axis.", None, "all 0"),
-)
+
+
+def _window_attributes(dilations: str) -> tuple[Attribute, ...]:
+    """The attributes after the window size, with the meaning of ``dilations`` given."""
+    return (
+        Attribute("strides", "ints", "Step of the window along each spatial axis.", None,
+                  "all 1"),
+        Attribute("dilations", "ints", dilations, None, "all 1"),
+        Attribute("start_padding", "ints", "Zero padding before each spatial axis.", None,
+                  "all 0"),
+        Attribute("end_padding", "ints", "Zero padding after each spatial axis.", None, "all 0"),
+    )
+
+
+WINDOW_ATTRIBUTES = _window_attributes("Spacing between window taps along each spatial axis, "
+                                       ">= 1.")
+"""LpPooling's attributes after ``window_size``."""
+BLOCK_ATTRIBUTES = _window_attributes(
+    "Spacing between window taps along each spatial axis, >= 0: with 0 every tap of the axis "
+    "reads one position, as DirectML accepts it.")
+"""Unfold's and Fold's attributes after ``window_sizes`` (a dilation of 0 is DirectML's)."""
 
 
 def block_counts(op: str, node: str, spatial: Sequence[Dim], window: Sequence[int],

@@ -23,7 +23,7 @@ from dml_onnx.definition import (
     product,
 )
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._window import WINDOW_ATTRIBUTES, WINDOW_SIZES, Window, block_counts
+from dml_onnx.ops._window import BLOCK_ATTRIBUTES, WINDOW_SIZES, Window, block_counts
 from dml_onnx.ops._window_cases import fold_examples
 from dml_onnx.reference_ops import fold as reference
 
@@ -142,13 +142,15 @@ def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
 DEFINITION = OpDefinition(
     name="Fold",
     summary="Sums sliding blocks back into an N-dimensional tensor (col2im), the adjoint of "
-            "Unfold.",
+            "Unfold. As DirectML measures: each output element a sequential sum from 0 of its "
+            "values in ascending block order (float16 in float32, rounded once); all zeros "
+            "with a dilation of 0.",
     dml_name="DML_FOLD_OPERATOR_DESC",
     spec_section="6",
     inputs=(Parameter("X", "T", "[N, C * prod(window_sizes), L]."),),
     outputs=(Parameter("Y", "T", "[N, C, O1, ..., Ok], Ok from output_size."),),
     type_constraints={"T": NUMERIC_TYPES},
-    attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES,
+    attributes=(WINDOW_SIZES, *BLOCK_ATTRIBUTES,
                 Attribute("output_size", "ints", "Spatial sizes [O1, ..., Ok] of Y.")),
     kernel=kernel,
     reference=reference,

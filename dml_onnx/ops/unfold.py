@@ -12,7 +12,7 @@ from custom_ops import unfold as kernel
 from dml_onnx.definition import ANY_TYPES, OpDefinition, Parameter, Shape, product
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._window import (
-    WINDOW_ATTRIBUTES,
+    BLOCK_ATTRIBUTES,
     WINDOW_SIZES,
     Window,
     block_counts,
@@ -53,13 +53,15 @@ def _standard_form(node: StandardNode) -> None:
 
 DEFINITION = OpDefinition(
     name="Unfold",
-    summary="Extracts sliding blocks (im2col) of an N-dimensional input.",
+    summary="Extracts sliding blocks (im2col) of an N-dimensional input. A dilation of 0 is "
+            "the formula read literally, as DirectML measures: every tap of that axis reads "
+            "one position.",
     dml_name="DML_UNFOLD_OPERATOR_DESC",
     spec_section="5",
     inputs=(Parameter("X", "T", "[N, C, D1, ..., Dk], k = 1..6."),),
     outputs=(Parameter("Y", "T", "[N, C * prod(window_sizes), L], L = number of blocks."),),
     type_constraints={"T": ANY_TYPES},
-    attributes=(WINDOW_SIZES, *WINDOW_ATTRIBUTES),
+    attributes=(WINDOW_SIZES, *BLOCK_ATTRIBUTES),
     kernel=kernel,
     reference=reference,
     infer_shapes=_infer_shapes,
