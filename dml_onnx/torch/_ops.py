@@ -187,18 +187,36 @@ _WINDOW = ("strides", "dilations", "start_padding", "end_padding")
 
 
 def _unfold_backward(ctx: Any, dY: Tensor) -> tuple:
+    """Unfold's adjoint: a Fold of ``dY``. Along an axis of dilation 0 every tap reads one
+    position, so the taps of that axis are summed first and folded as a window of 1 (DirectML's
+    Fold gives zeros with a dilation of 0: it is not the adjoint there)."""
     X, _ = ctx.saved_tensors
     a = ctx.attributes
-    dX = _call("Fold", (dY.contiguous(),), {"window_sizes": a["window_sizes"],
-                                             "output_size": list(X.shape[2:]),
-                                             **{k: a[k] for k in _WINDOW}})
+    window = list(a["window_sizes"])
+    dilations = list(a["dilations"]) or [1] * len(window)
+    flat = [d for d, dilation in enumerate(dilations) if dilation == 0]
+    if flat:
+        taps = dY.reshape(dY.shape[0], -1, *window, dY.shape[-1])
+        dY = taps.sum(dim=[2 + d for d in flat], keepdim=True).reshape(dY.shape[0], -1,
+                                                                       dY.shape[-1])
+        window = [1 if d in flat else w for d, w in enumerate(window)]
+        dilations = [1 if d in flat else v for d, v in enumerate(dilations)]
+    dX = _call("Fold", (dY.contiguous(),), {
+        **{k: a[k] for k in _WINDOW}, "window_sizes": window, "dilations": dilations,
+        "output_size": list(X.shape[2:])})
     return _no_grad_for_attributes(OPERATORS_BY_NAME["Unfold"], dX)
 
 
 def _fold_backward(ctx: Any, dY: Tensor) -> tuple:
+    """Fold's adjoint: an Unfold of ``dY``; zeros with a dilation of 0 (Fold is then the
+    constant 0)."""
+    X, _ = ctx.saved_tensors
     a = ctx.attributes
-    dX = _call("Unfold", (dY.contiguous(),), {"window_sizes": a["window_sizes"],
-                                               **{k: a[k] for k in _WINDOW}})
+    if 0 in a["dilations"]:
+        dX = torch.zeros_like(X)
+    else:
+        dX = _call("Unfold", (dY.contiguous(),), {"window_sizes": a["window_sizes"],
+                                                   **{k: a[k] for k in _WINDOW}})
     return _no_grad_for_attributes(OPERATORS_BY_NAME["Fold"], dX)
 
 

@@ -96,6 +96,21 @@ def test_unfold_and_fold_gradients_are_each_other():
     assert gradcheck(lambda t: dt.fold(t, [2, 3], [5, 6], **window), (columns,))
 
 
+@pytest.mark.parametrize("dilations", [[0, 2], [1, 0], [0, 0]])
+def test_unfold_and_fold_gradients_with_a_dilation_of_zero(dilations):
+    """Unfold read literally (every tap of the axis at one position) has an exact gradient;
+    Fold is DirectML's zeros there, so its gradient is zero."""
+    x = _random(2, 2, 5, 6).requires_grad_()
+    window = {"strides": [2, 1], "dilations": dilations, "start_padding": [1, 2],
+              "end_padding": [0, 1]}
+    assert gradcheck(lambda t: dt.unfold(t, [2, 3], **window), (x,))
+    columns = dt.unfold(x, [2, 3], **window).detach().requires_grad_()
+    assert not dt.fold(columns, [2, 3], [5, 6], **window).any()
+    assert gradcheck(lambda t: dt.fold(t, [2, 3], [5, 6], **window), (columns,))
+    dt.fold(columns, [2, 3], [5, 6], **window).sum().backward()
+    assert columns.grad is not None and not columns.grad.any()
+
+
 def test_roi_pooling_gradient_goes_to_each_bin_maximum():
     x = _random(2, 3, 7, 8).requires_grad_()
     rois = torch.tensor([[0, 0.2, 0.4, 5.1, 6.3], [1, 1, 2, 7, 4], [1, 6, 6, 2, 2],
