@@ -238,7 +238,7 @@ SPEC_ERRORS = (
     "LpPooling: output size below 1",
     "Unfold: k outside 1..6",
     "Unfold: attribute lengths",
-    "Unfold: window, stride, dilation < 1; padding < 0",
+    "Unfold: window, stride < 1; dilation < 0; padding < 0",
     "Unfold: block count below 1",
     "Fold: L not the block count of output_size",
     "Fold: second input size not a multiple of prod(window_sizes)",
