@@ -29,8 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("directory", nargs="?", default="models", type=Path)
     run.add_argument("--providers", nargs="+", default=["CPUExecutionProvider"],
                      metavar="PROVIDER",
-                     help="onnxruntime execution providers for the standard (expanded) "
-                          "models, e.g. DmlExecutionProvider CPUExecutionProvider")
+                     help="onnxruntime execution providers to run the standard models "
+                          "(_expanded, _decomposed) on, each in turn, e.g. "
+                          "DmlExecutionProvider CPUExecutionProvider; each must be in "
+                          "onnxruntime.get_available_providers()")
     run.add_argument("--runtime", choices=("onnxruntime", "reference"), default="onnxruntime",
                      help="what runs the dml_onnx models: dml_onnx.InferenceSession "
                           "(default) or dml_onnx.ReferenceEvaluator")

@@ -12,7 +12,7 @@ import onnx
 
 from dml_onnx import conformance, docs
 from dml_onnx.check import model_problems
-from dml_onnx.conformance import probes
+from dml_onnx.conformance import directml_ep, probes
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import load_model, save_model
 from dml_onnx.raising import NotRaisable, raise_model
@@ -45,7 +45,8 @@ def conformance_run(args: argparse.Namespace) -> int:
     def progress(done: int, total: int, outcome: conformance.Outcome) -> None:
         status = "ok" if outcome.passed else "FAILED"
         if not args.quiet or not outcome.passed:
-            print(f"[{done}/{total}] {outcome.case} {status}", file=sys.stderr, flush=True)
+            print(f"[{done}/{total}] {outcome.case} {status} ({outcome.form or 'unreadable'}"
+                  f" on {outcome.provider or '-'})", file=sys.stderr, flush=True)
 
     if args.runtime == "onnxruntime":
         _import_runtime_without_torch()
@@ -54,10 +55,14 @@ def conformance_run(args: argparse.Namespace) -> int:
     failed = [o for o in outcomes if not o.passed]
     for outcome in failed:
         for problem in outcome.problems:
-            print(f"{outcome.case}: {problem}")
+            print(f"{outcome.case}: {problem} ({outcome.form} on {outcome.provider})")
+        if outcome.provider == directml_ep.PROVIDER:
+            print(f"{outcome.case}: measured on onnxruntime-directml 1.24: "
+                  f"{directml_ep.measured(outcome.case)}")
     print(conformance.summary_table(outcomes))
     print(f"conformance: {len(outcomes) - len(failed)} passed, {len(failed)} failed "
-          f"(dml_onnx models: {args.runtime}; standard models: {', '.join(args.providers)})")
+          f"(dml_onnx models: {conformance.RUNNERS[args.runtime]}; standard models: "
+          f"{', '.join(args.providers)})")
     return 1 if failed else 0
 
 
@@ -67,6 +72,7 @@ def conformance_probe(args: argparse.Namespace) -> int:
     if not any(folder.glob("test_probe_*")):
         print(f"no probes (test_probe_*) in {folder}", file=sys.stderr)
         return 2
+    conformance.check_providers(args.providers)
     findings = [f for provider in args.providers for f in probes.run_probes(folder, provider)]
     print(probes.report(findings))
     if args.json:

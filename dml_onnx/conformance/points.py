@@ -1,5 +1,6 @@
 """The probed points: each point DirectML leaves open, its cases (one native node each, with
-inputs on which every candidate reading differs) and the readings it tells apart."""
+inputs on which every candidate reading differs), the readings it tells apart and the readings
+onnxruntime's CPU provider and its DirectML execution provider were measured to follow."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from dml_onnx.builders import IR_VERSION
 from dml_onnx.conformance.readings import col2im, lp_pool, max_roi_pool, roi_align
 
 SPEC = "spec"
+ERROR = "error"
+"""What a provider follows on a point where a case fails (no session, no run)."""
 OPSETS = {"RoiAlign": 16, "MaxRoiPool": 16, "LpPool": 16, "Col2Im": 18}
 """The default-domain opset of each probe: one whose version of the op the DirectML execution
 provider registers (:data:`dml_onnx.form.DIRECTML_VERSIONS`)."""
@@ -53,13 +56,16 @@ class ProbeCase:
 class Point:
     """An open point: what it asks, its cases, and each reading's plain implementation
     (``readings[name](case) -> output``); ``onnxruntime`` is the reading onnxruntime's CPU
-    provider is known to follow."""
+    provider is known to follow, ``directml_ep`` the one onnxruntime-directml 1.24.4's
+    DirectML execution provider (``DirectML.dll`` 1.15.4) was measured to follow on every case
+    of the point, or :data:`ERROR` where it refused to create a session for them."""
 
     name: str
     question: str
     cases: tuple[ProbeCase, ...]
     readings: dict[str, Callable[[ProbeCase], np.ndarray]]
     onnxruntime: str
+    directml_ep: str
 
 
 def _reading(read: Callable[..., np.ndarray], **choices: Any
@@ -123,7 +129,7 @@ POINTS: tuple[Point, ...] = (
                            negative=True, mode="max", sampling_ratio=2),),
           {SPEC: _reading(roi_align),
            "weighted_corner_max": _reading(roi_align, max_of="weighted_corners")},
-          "weighted_corner_max"),
+          "weighted_corner_max", SPEC),
     Point("roi_align_small_roi",
           "RoiAlign output_half_pixel with ROIs under one pixel: as they are, or widened to one "
           "pixel (ONNX)?",
@@ -132,7 +138,7 @@ POINTS: tuple[Point, ...] = (
                            coordinate_transformation_mode="output_half_pixel"),),
           {SPEC: _reading(roi_align),
            "clamp_to_one_pixel": _reading(roi_align, clamp_small=True)},
-          "clamp_to_one_pixel"),
+          "clamp_to_one_pixel", SPEC),
     Point("roi_align_boundary",
           "RoiAlign samples exactly on -1, 0, H-1 and H: which read the image (clamped) and "
           "which read 0?",
@@ -141,7 +147,7 @@ POINTS: tuple[Point, ...] = (
           {SPEC: _reading(roi_align),
            "closed_bounds": _reading(roi_align, bounds="closed"),
            "image_bounds": _reading(roi_align, bounds="image")},
-          "closed_bounds"),
+          "closed_bounds", SPEC),
     Point("roi_align_adaptive_empty",
           "RoiAlign sampling_ratio=0 with empty and inverted ROIs: at least one sample per "
           "axis, or none (output 0)?",
@@ -149,7 +155,7 @@ POINTS: tuple[Point, ...] = (
                                                   [1.0, 0.5, 3.0, 0.5]], (2, 2),
                            sampling_ratio=0),),
           {SPEC: _reading(roi_align), "no_samples": _reading(roi_align, empty_count="ceil")},
-          "no_samples"),
+          "no_samples", SPEC),
     Point("max_roi_pool_bin_edges",
           "MaxRoiPool bin edges: exact integers, or floor/ceil of float32 products?",
           tuple(_max_roi_pool_case(f"{rows}_rows_in_{bins}_bins", _image(1, 1, 64, 3),
@@ -157,19 +163,19 @@ POINTS: tuple[Point, ...] = (
                 for rows, bins in ((57, 7), (29, 11), (7, 13))),
           {SPEC: _reading(max_roi_pool),
            "float32_edges": _reading(max_roi_pool, edges="float32")},
-          "float32_edges"),
+          "float32_edges", ERROR),
     Point("max_roi_pool_rounding",
           "MaxRoiPool ROI corners on .5: rounded half away from zero, or half to even?",
           (_max_roi_pool_case("halves", _image(1, 1, 5, 5),
                               [[0, 0.5, 1.5, 2.5, 2.5], [0, -0.5, 2.5, 3.5, 4.5]], [1, 2]),),
           {SPEC: _reading(max_roi_pool),
            "half_away": _reading(max_roi_pool, rounding="half_away")},
-          "half_away"),
+          "half_away", ERROR),
     Point("max_roi_pool_empty_bin",
           "MaxRoiPool bins wholly outside the image: 0, or the lowest float?",
           (_max_roi_pool_case("outside", -_image(1, 1, 4, 4), [[0, 2, 2, 7, 7]], [2, 2]),),
           {SPEC: _reading(max_roi_pool), "lowest": _reading(max_roi_pool, empty="lowest")},
-          SPEC),
+          SPEC, SPEC),
     Point("max_roi_pool_nan",
           "MaxRoiPool NaN in a bin: ignored, propagated, or kept only when scanned last "
           "(onnxruntime CPU's std::max scan)?",
@@ -177,7 +183,7 @@ POINTS: tuple[Point, ...] = (
                               [[0, 0, 0, 1, 1], [0, 2, 2, 3, 3]], [1, 1]),),
           {SPEC: _reading(max_roi_pool), "propagated": _reading(max_roi_pool, nan="propagate"),
            "last_scanned": _reading(max_roi_pool, nan="scan")},
-          "last_scanned"),
+          "last_scanned", SPEC),
     Point("lp_pool_odd_p",
           "LpPool with odd p and negative inputs: |x|^p (ONNX), or x^p (the DirectML "
           "documentation's formula)?",
@@ -185,14 +191,14 @@ POINTS: tuple[Point, ...] = (
                           {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 0, 0, 0],
                            "p": p}) for p in (1, 3)),
           {SPEC: _reading(lp_pool), "signed_power": _reading(lp_pool, signed=True)},
-          SPEC),
+          SPEC, SPEC),
     Point("col2im_asymmetric_pads",
           "Col2Im with asymmetric pads: as written, or the begin pads standing for the end "
           "pads too (the block grid laid out with them)?",
           (_col2im_case("begin_1_0_end_0_1", [3, 4], [2, 2], 12, pads=[1, 0, 0, 1],
                         strides=[1, 1], dilations=[1, 1]),),
           {SPEC: _reading(col2im), "begin_pads_at_end": _reading(col2im, end_pads="begin")},
-          SPEC),
+          SPEC, "begin_pads_at_end"),
     Point("col2im_3d_dilation",
           "Col2Im 3-D with dilation: the dilated taps, or taps enumerated over the dilated "
           "window (onnxruntime CPU's N-d loop)?",
@@ -200,6 +206,6 @@ POINTS: tuple[Point, ...] = (
                         dilations=[2, 1, 1], pads=[0] * 6),),
           {SPEC: _reading(col2im),
            "dilated_window": _reading(col2im, kernel="dilated_window")},
-          "dilated_window"),
+          "dilated_window", SPEC),
 )
 """Every probed point, by stable name (the README lists them)."""

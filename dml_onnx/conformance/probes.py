@@ -11,6 +11,9 @@ reference or the DirectML documentation follow. The provider being probed never 
 expected output. The points are :data:`~dml_onnx.conformance.points.POINTS`, the readings
 :mod:`dml_onnx.conformance.readings`; this module exports, runs and reports them.
 
+``probe.json`` names the point and the reading onnxruntime's DirectML execution provider was
+measured to follow on it (:attr:`~dml_onnx.conformance.points.Point.directml_ep`).
+
 Layout, next to the suite (``dml-onnx conformance export`` writes it)::
 
     models/probes/test_probe_<point>_<case>/model.onnx
@@ -34,11 +37,10 @@ from onnx import numpy_helper
 
 from dml_onnx.conformance.files import PROBE_FILE_BYTES, check_replaceable
 from dml_onnx.conformance.metric import difference
-from dml_onnx.conformance.points import POINTS, SPEC
+from dml_onnx.conformance.points import ERROR, POINTS, SPEC
 from dml_onnx.graphs import load_model, read_regular
 
 NO_READING = "none of the known readings"
-ERROR = "error"
 TOLERANCE = 1e-5
 """A provider's output matches a reading when it is within this share of the reading's largest
 magnitude (NaN where the reading has NaN); the readings of a case differ by far more."""
@@ -69,7 +71,8 @@ def export_probes(directory: str | Path) -> list[Path]:
                 (folder / "readings" / reading).mkdir(parents=True)
                 _write(folder / "readings" / reading / "output_0.pb", tensor)
             (folder / "probe.json").write_text(json.dumps(
-                {"point": point.name, "question": point.question}, indent=1) + "\n")
+                {"point": point.name, "question": point.question,
+                 "directml_ep": point.directml_ep}, indent=1) + "\n")
             written.append(folder)
     return written
 
@@ -158,10 +161,15 @@ def _finding(point: str, provider: str, outcomes: list[dict[str, float] | str]) 
 
 
 def report(findings: Sequence[Finding]) -> str:
-    """A Markdown table: point, provider, reading, cases matched, worst difference."""
-    rows = ["| point | provider | reading | matched | max diff |", "|---|---|---|---:|---:|"]
+    """A Markdown table: point, provider, reading, cases matched, worst difference, and beside
+    them the reading the DirectML execution provider was measured to follow on that point
+    (:attr:`~dml_onnx.conformance.points.Point.directml_ep`; ``-`` for a point not probed
+    here)."""
+    measured = {p.name: p.directml_ep for p in POINTS}
+    rows = ["| point | provider | reading | matched | max diff | DirectML EP (measured) |",
+            "|---|---|---|---:|---:|---|"]
     for f in findings:
         note = f" ({f.message})" if f.message else ""
         rows.append(f"| {f.point} | {f.provider} | {f.reading}{note} | {f.matched}/{f.cases} | "
-                    f"{f.max_diff:.3g} |")
+                    f"{f.max_diff:.3g} | {measured.get(f.point, '-')} |")
     return "\n".join(rows)

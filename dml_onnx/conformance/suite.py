@@ -7,6 +7,8 @@ Layout (what onnxruntime's ``onnx_test_runner`` and ``onnx.backend.test`` read):
     models/test_<op>_<example>/test_data_set_0/input_<i>.pb, output_<k>.pb
     models/test_<op>_<example>/config.txt                 float tolerances, where needed
     models/test_<op>_<example>_expanded/...               the same with standard ops only
+    models/test_<op>_<example>_decomposed/...             primitive standard ops only, where
+                                                          the expanded twin has a native op
 
 Expected outputs are the example's independently known values where it has them (the seed
 examples), otherwise what the plain reference implementations (:mod:`dml_onnx.reference_ops`,
@@ -14,7 +16,8 @@ through :class:`dml_onnx.ReferenceEvaluator`) compute, never the kernels being c
 case imports the default-domain opset at which the DirectML execution provider registers the
 native op its standard form uses (16:
 MaxRoiPool-1, RoiAlign-16, LpPool-11; 18: Col2Im-18), so ``onnx_test_runner -e dml models``
-checks what DirectML computes against the kernels here.
+checks what DirectML computes against the kernels here. The forms of a case are
+:data:`FORMS`.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from dml_onnx.builders import single_node_model, snake
+from dml_onnx.conformance import directml_ep
 from dml_onnx.conformance.files import check_replaceable, written_by_suite
 from dml_onnx.conformance.metric import difference
 from dml_onnx.conformance.probes import export_probes
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
-from dml_onnx.form import DIRECTML_VERSIONS, op_version
+from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS, op_version
 from dml_onnx.graphs import load_model, read_regular
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
@@ -87,6 +91,19 @@ class Tolerance:
                              else str(error)) from None
 
 
+FORMS = {
+    "dml_onnx": "",
+    "expanded": "_expanded",
+    "decomposed": "_decomposed",
+}
+"""Each form of a case, by the suffix of its folder's name: ``dml_onnx``, the ``dml_onnx`` node
+(run by :class:`dml_onnx.InferenceSession`); ``expanded``, standard ops with the native
+RoiAlign, MaxRoiPool, LpPool or Col2Im where they agree (:func:`expanded`: what tests a
+provider's own ops); ``decomposed``, primitive standard ops only (:func:`decomposed`: what a
+provider runs as DirectML computes; written only where the expanded twin has a native op, the
+expanded twin being that form elsewhere)."""
+
+
 @dataclass(frozen=True)
 class Case:
     """One runnable case: a single-node model, its feeds, expected outputs and tolerance."""
@@ -102,6 +119,14 @@ class Case:
         """The operator the case tests (``RoiAlign1`` ...), from the model's node."""
         return next((n.op_type for n in self.model.graph.node if n.domain == DOMAIN),
                     self.model.graph.name.removesuffix("_model"))
+
+    @property
+    def form(self) -> str:
+        """Which of :data:`FORMS` the case is: ``dml_onnx`` by its nodes, a standard one by
+        its name (``expanded`` unless it ends in ``_decomposed``)."""
+        if any(n.domain == DOMAIN for n in self.model.graph.node):
+            return "dml_onnx"
+        return "decomposed" if self.name.endswith(FORMS["decomposed"]) else "expanded"
 
 
 CONFORMANCE_OPSETS = (16, 18)
@@ -140,13 +165,41 @@ def example_case(definition: OpDefinition, example: Example) -> Case:
 
 def expanded(case: Case) -> Case:
     """The case's twin with every ``dml_onnx`` node lowered to standard ops."""
-    return replace(case, name=f"{case.name}_expanded", model=lower_model(case.model))
+    return replace(case, name=f"{case.name}{FORMS['expanded']}", model=lower_model(case.model))
+
+
+def decomposed(case: Case) -> Case | None:
+    """The case's twin of primitive standard ops only (``lower_model(..., native=False)``),
+    or ``None`` where its expanded twin uses no native op (and so is that form already).
+
+    It imports the first of :data:`CONFORMANCE_OPSETS` at which the DirectML execution
+    provider registers every op it uses (:func:`~dml_onnx.conformance.directml_ep.unregistered`;
+    it needs no native op's opset), else the case's own opset."""
+    if not {n.op_type for n in lower_model(case.model).graph.node} & set(NATIVE_VERSIONS):
+        return None
+    forms = [lower_model(_at_opset(case.model, opset), native=False)
+             for opset in CONFORMANCE_OPSETS]
+    model = next((f for f in forms if not directml_ep.unregistered(f)),
+                 lower_model(case.model, native=False))
+    return replace(case, name=f"{case.name}{FORMS['decomposed']}", model=model)
+
+
+def _at_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``model`` (of ``dml_onnx`` nodes only) importing default-domain ``opset``."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    for entry in result.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = opset
+    return result
 
 
 def all_cases() -> list[Case]:
-    """Every case of the suite, each followed by its expanded twin."""
+    """Every case of the suite, each followed by its expanded twin and, where it has one,
+    its decomposed twin."""
     cases = [example_case(d, e) for d in OPERATORS for e in d.examples() if not e.error]
-    return [c for case in cases for c in (case, expanded(case))]
+    return [c for case in cases for c in (case, expanded(case), decomposed(case))
+            if c is not None]
 
 
 PROBES = "probes"
@@ -175,21 +228,21 @@ def export_suite(directory: str | Path) -> list[Path]:
     for old in ours:
         shutil.rmtree(old)
     export_probes(root / PROBES)
-    written = []
-    for case in cases:
-        folder = root / case.name
-        data = folder / "test_data_set_0"
-        data.mkdir(parents=True)
-        (folder / "model.onnx").write_bytes(case.model.SerializeToString(deterministic=True))
-        for prefix, arrays in (("input", case.feeds), ("output", case.expected)):
-            for i, (name, array) in enumerate(arrays.items()):
-                tensor = numpy_helper.from_array(array, name)
-                (data / f"{prefix}_{i}.pb").write_bytes(
-                    tensor.SerializeToString(deterministic=True))
-        if case.tolerance != Tolerance():
-            (folder / "config.txt").write_text(case.tolerance.config_text())
-        written.append(folder)
-    return written
+    return [write_case(case, root / case.name) for case in cases]
+
+
+def write_case(case: Case, folder: Path) -> Path:
+    """Write ``case`` into the new ``folder`` in the backend layout; returns ``folder``."""
+    data = folder / "test_data_set_0"
+    data.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(case.model.SerializeToString(deterministic=True))
+    for prefix, arrays in (("input", case.feeds), ("output", case.expected)):
+        for i, (name, array) in enumerate(arrays.items()):
+            tensor = numpy_helper.from_array(array, name)
+            (data / f"{prefix}_{i}.pb").write_bytes(tensor.SerializeToString(deterministic=True))
+    if case.tolerance != Tolerance():
+        (folder / "config.txt").write_text(case.tolerance.config_text())
+    return folder
 
 
 TENSOR_BYTES = 1 << 31
@@ -224,12 +277,15 @@ def load_case(folder: str | Path) -> Case:
 class Outcome:
     """How one case went: its problems (none when it passed) and its worst error, the
     largest :func:`~dml_onnx.conformance.metric.difference` of a float output from its
-    expected value (``|got - want|`` relative to ``max(1, max |want|)``)."""
+    expected value (``|got - want|`` relative to ``max(1, max |want|)``); which of
+    :data:`FORMS` it is and what ran it (an onnxruntime provider, or :data:`RUNNERS`)."""
 
     case: str
     operator: str
     problems: tuple[str, ...]
     worst: float
+    form: str = ""
+    provider: str = ""
 
     @property
     def passed(self) -> bool:
@@ -257,53 +313,84 @@ def compare(case: Case, outputs: dict[str, np.ndarray]) -> Outcome:
         if not np.all(close):
             bad = int(np.size(close) - np.count_nonzero(close))
             problems.append(f"{name} differs in {bad} of {close.size} values")
-    return Outcome(case.name, case.operator, tuple(problems), worst)
+    return Outcome(case.name, case.operator, tuple(problems), worst, case.form)
 
 
-def run_case(case: Case, *, providers: Sequence[str] = ("CPUExecutionProvider",),
+RUNNERS = {"onnxruntime": "dml_onnx.InferenceSession", "reference": "dml_onnx.ReferenceEvaluator"}
+"""What runs the ``dml_onnx`` models, by ``runtime`` (on the CPU, whatever the providers)."""
+
+
+def check_providers(providers: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming every one of ``providers`` that the installed onnxruntime
+    does not offer (``onnxruntime.get_available_providers()``)."""
+    available = ort.get_available_providers()
+    missing = [p for p in providers if p not in available]
+    if missing or not providers:
+        raise ValueError(
+            f"execution provider {', '.join(missing) or '(none given)'} is not available in "
+            f"the installed onnxruntime {ort.__version__} (it offers {', '.join(available)}; "
+            "DmlExecutionProvider comes with the onnxruntime-directml package)")
+
+
+def run_case(case: Case, *, provider: str = "CPUExecutionProvider",
              runtime: str = "onnxruntime") -> Outcome:
     """Run one case: a ``dml_onnx`` model through :class:`dml_onnx.InferenceSession` (or
     :class:`dml_onnx.ReferenceEvaluator` with ``runtime="reference"``), a standard one through
-    a plain onnxruntime session on ``providers``. Errors count as failures."""
+    a plain onnxruntime session on ``provider`` (onnxruntime gives what that provider does not
+    take to its CPU provider). Errors count as failures."""
     names = list(case.expected)
+    ran_by = RUNNERS[runtime] if case.form == "dml_onnx" else provider
     try:
-        if any(n.domain == DOMAIN for n in case.model.graph.node):
+        if case.form == "dml_onnx":
             from dml_onnx.runtime import InferenceSession  # imports onnxruntime-extensions
 
             runner: Any = (InferenceSession(case.model) if runtime == "onnxruntime"
                            else ReferenceEvaluator(case.model))
         else:
-            runner = ort.InferenceSession(case.model.SerializeToString(),
-                                          providers=list(providers))
+            runner = ort.InferenceSession(case.model.SerializeToString(), providers=[provider])
         outputs = dict(zip(names, runner.run(names, case.feeds)))
     except Exception as error:  # noqa: BLE001 - a failing case is reported, not raised
-        return Outcome(case.name, case.operator, (f"{type(error).__name__}: {error}",), 0.0)
-    return compare(case, outputs)
+        return Outcome(case.name, case.operator, (f"{type(error).__name__}: {error}",), 0.0,
+                       case.form, ran_by)
+    return replace(compare(case, outputs), provider=ran_by)
 
 
 def run_suite(directory: str | Path, *, providers: Sequence[str] = ("CPUExecutionProvider",),
               runtime: str = "onnxruntime",
               progress: Callable[[int, int, Outcome], None] | None = None) -> list[Outcome]:
-    """Run every case under ``directory``; ``progress(done, total, outcome)`` after each."""
-    folders = sorted(Path(directory).glob("test_*"))
-    outcomes = []
-    for done, folder in enumerate(folders, 1):
+    """Run every case under ``directory``: each ``dml_onnx`` model once, each standard one on
+    each of ``providers`` in turn; ``progress(done, total, outcome)`` after each run. Raises
+    ``ValueError`` (:func:`check_providers`) before running anything if a provider is not
+    available."""
+    check_providers(providers)
+    runs: list[tuple[Case | Outcome, str]] = []
+    for folder in sorted(Path(directory).glob("test_*")):
         try:
             case = load_case(folder)
         except (OSError, ValueError) as error:
-            outcomes.append(Outcome(folder.name, "unreadable", (f"{error}",), 0.0))
+            runs.append((Outcome(folder.name, "unreadable", (f"{error}",), 0.0), ""))
         else:
-            outcomes.append(run_case(case, providers=providers, runtime=runtime))
+            runs += [(case, p) for p in ([""] if case.form == "dml_onnx" else providers)]
+    outcomes = []
+    for done, (run, provider) in enumerate(runs, 1):
+        outcomes.append(run if isinstance(run, Outcome)
+                        else run_case(run, provider=provider, runtime=runtime))
         if progress is not None:
-            progress(done, len(folders), outcomes[-1])
+            progress(done, len(runs), outcomes[-1])
     return outcomes
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
-    """A Markdown table per operator: cases, passed, worst error."""
-    rows = ["| operator | cases | passed | worst error |", "|---|---:|---:|---:|"]
-    for operator in dict.fromkeys(o.operator for o in outcomes):
-        mine = [o for o in outcomes if o.operator == operator]
-        rows.append(f"| {operator} | {len(mine)} | {sum(o.passed for o in mine)} | "
-                    f"{max(o.worst for o in mine):.3g} |")
-    return "\n".join(rows)
+    """A Markdown table per operator, then one per form and what ran it: cases, passed,
+    worst error."""
+    tables = []
+    for heading, key in (("operator", lambda o: o.operator),
+                         ("form | ran on", lambda o: f"{o.form} | {o.provider}")):
+        rows = [f"| {heading} | cases | passed | worst error |",
+                f"|{'---|' * (heading.count('|') + 1)}---:|---:|---:|"]
+        for value in dict.fromkeys(map(key, outcomes)):
+            mine = [o for o in outcomes if key(o) == value]
+            rows.append(f"| {value} | {len(mine)} | {sum(o.passed for o in mine)} | "
+                        f"{max(o.worst for o in mine):.3g} |")
+        tables.append("\n".join(rows))
+    return "\n\n".join(tables)

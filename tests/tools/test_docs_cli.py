@@ -19,6 +19,7 @@ import pytest
 import dml_onnx
 from dml_onnx import conformance, docs
 from dml_onnx.builders import snake
+from dml_onnx.conformance import directml_ep
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -98,15 +99,18 @@ def test_committed_conformance_suite_is_current(tmp_path):
 
 def test_conformance_suite_covers_every_operator_with_expanded_twins():
     names = [p.name for p in (ROOT / "models").glob("test_*")]
+    twins = ("_expanded", "_decomposed")
     for definition in dml_onnx.OPERATORS:
         prefix = f"test_{snake(definition.name)}_"
         mine = [n for n in names if n.startswith(prefix)]
         assert len(mine) >= 10, definition.name
-        assert all(f"{n}_expanded" in names for n in mine if not n.endswith("_expanded"))
+        assert all(f"{n}_expanded" in names for n in mine if not n.endswith(twins))
+    assert {n.removesuffix("_decomposed") for n in names if n.endswith("_decomposed")} == \
+        directml_ep.DECOMPOSED_GOOD
     for name in names:
         model = onnx.load(ROOT / "models" / name / "model.onnx")
         domains = {n.domain for n in model.graph.node}
-        assert domains == ({""} if name.endswith("_expanded") else {dml_onnx.DOMAIN})
+        assert domains == ({""} if name.endswith(twins) else {dml_onnx.DOMAIN})
         assert model.ir_version == dml_onnx.IR_VERSION
         assert {o.domain for o in model.opset_import} <= {"", dml_onnx.DOMAIN}
 
