@@ -10,7 +10,11 @@
 with the sample grid and the reading of one sample of :mod:`dml_onnx.reference_ops._roi`: a
 sample out of bounds reads ``out_of_bounds_input_value``, the others are clamped into the image
 and read by nested linear interpolations or at ``floor(v + 0.5)``. ``max`` is ``maxnum`` from
-``lowest(T)`` (NaN samples ignored). Sums are float64 and rounded once to ``Y``'s type.
+``lowest(T)`` (NaN samples ignored). ``average`` sums the samples in the compute type (float32
+for float16 and float32, float64 for double), from -0 one at a time in row-major sample order,
+and divides that sum by the sample count in the compute type, as the kernel and DirectML do: a
+float32 sum of four samples of 3e38 is +inf (specification section 2, average overflow). The
+result is rounded once to ``Y``'s type.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from custom_ops._checks import check_float_input, check_rank
 from custom_ops._roi_grid import check_image_shape, check_regions, check_sampling
 from custom_ops.roi_align1 import OP
 from dml_onnx.reference_ops._roi import (
+    ComputeType,
     check_scaled,
     compute_type,
     read,
@@ -62,13 +67,19 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *, no
             samples = grid.samples(oy, ox)
             for c in range(channels):
                 values = [read(planes[b][c], y, x, out_of_bounds, ct) for y, x in samples]
-                Y[r, c, oy, ox] = _reduce(values, sampling.reduction, start)
+                Y[r, c, oy, ox] = _reduce(values, sampling.reduction, start, ct)
     with np.errstate(over="ignore"):  # beyond the range of X's type: inf
         return Y.astype(X.dtype)
 
 
-def _reduce(values: list[float], reduction_function: str, start: float) -> float:
-    """The mean of the sample values, or ``maxnum`` of ``start`` and them (NaN ignored)."""
+def _reduce(values: list[float], reduction_function: str, start: float,
+            ct: ComputeType) -> float:
+    """The mean of the sample values (summed and divided in ``ct``, in their order), or
+    ``maxnum`` of ``start`` and them (NaN ignored)."""
     if reduction_function == "average":
-        return sum(values) / len(values)
+        total = ct(-0.0)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is inf
+            for v in values:
+                total = total + ct(v)
+            return float(total / ct(len(values)))
     return max([start, *(v for v in values if not math.isnan(v))])

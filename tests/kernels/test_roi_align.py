@@ -170,6 +170,20 @@ def test_average_counts_out_of_bounds_samples_with_infinite_value():
     assert Y[0, 0, 0, 0] == np.inf and np.isfinite(Y[0, 0, 0, 1])
 
 
+@pytest.mark.parametrize("run", [forward, ref_forward], ids=["kernel", "reference"])
+@pytest.mark.parametrize("value, expected", [(np.float32(3e38), np.inf), (3e38, 3e38),
+                                             (np.float16(60000), 60000)],
+                         ids=["float32", "float64", "float16"])
+def test_average_sums_and_divides_in_the_compute_type(run, value, expected):
+    """Four samples of ``value``: their sum overflows float32 (+inf, as DirectML 1.15.4
+    measured; specification section 2, average overflow) but not float64, and float16 sums in
+    float32 (a float16 sum would overflow)."""
+    X = np.full((1, 1, 2, 2), value)
+    Y = run(X, np.array([[0.0, 0.0, 2.0, 2.0]], X.dtype), np.zeros(1, np.int64), (1, 1),
+            minimum_samples_per_output=2, maximum_samples_per_output=2)
+    assert Y.dtype == X.dtype and Y[0, 0, 0, 0] == expected
+
+
 @pytest.mark.parametrize("attrs", ATTRIBUTE_SETS[:4], ids=range(4))
 def test_non_finite_pixels_reach_only_the_outputs_that_read_them(attrs):
     _, X, rois, batch = random_case(17, regions=6)
