@@ -67,12 +67,13 @@ def measurement_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_cases(path: str | Path) -> list[dict[str, Any]]:
     """The cases of one measurement file that have DirectML outputs (cases not measured, such
-    as those of ``tests/directml/pending/``, have none), each with ``"build"``: the DirectML
-    version that measured it (the case's ``directml.version`` or the file's
+    as those of ``tests/directml/pending/``, have none; a file without ``"cases"``, such as the
+    execution provider's measurements, has no operator case), each with ``"build"``: the
+    DirectML version that measured it (the case's ``directml.version`` or the file's
     ``directml_version``), ``None`` for the older build, which recorded none."""
     data = json.loads(Path(path).read_text())
     return [{**case, "build": case["directml"].get("version", data.get("directml_version"))}
-            for case in data["cases"] if case.get("directml", {}).get("status") == "ok"]
+            for case in data.get("cases", []) if case.get("directml", {}).get("status") == "ok"]
 
 
 def prefer_older_build(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

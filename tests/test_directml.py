@@ -96,6 +96,20 @@ def test_the_older_build_decides_drois_only():
     assert replaced and set(replaced) == {("RoiAlignGrad", "drois")}
 
 
+def test_a_fold_of_dilation_0_that_wrote_values_judges_nothing():
+    """The rule for the measured Fold of dilation 0 that wrote stray values (held out): any
+    such output is undefined behaviour; an all-zero one judges."""
+    fold = next(c for c in CASES if c["operator"] == "Fold"
+                and 0 in c["attributes"].get("dilations", ()))
+    assert directml.open_reason(fold) is None
+    (name, value), = fold["directml"]["outputs"].items()
+    stray = directml.tensor(value)
+    stray.flat[0] = 1.0
+    written = {**fold, "directml": {**fold["directml"], "outputs": {
+        name: {"shape": list(stray.shape), "float32_hex": stray.tobytes().hex()}}}}
+    assert "undefined behaviour" in (directml.open_reason(written) or "")
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_kernels_agree_with_directml(case):
     _judged(case)
