@@ -52,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
     measured = suite.add_parser(
         "directml", help="run cases measured on the real DirectML and compare each output")
-    measured.add_argument("files", nargs="+", type=Path, metavar="FILE",
-                          help="measurement files (JSON, as tests/directml/*.json)")
+    measured.add_argument("files", nargs="+", type=Path, metavar="PATH",
+                          help="measurement files (JSON, as in tests/directml), or folders "
+                               "whose files are read, subfolders included")
     measured.add_argument("--runtime", choices=("onnxruntime", "reference"),
                           default="onnxruntime",
                           help="what runs the cases: dml_onnx.InferenceSession (default) or "

@@ -90,6 +90,10 @@ def conformance_directml(args: argparse.Namespace) -> int:
     if args.runtime == "onnxruntime":
         _import_runtime_without_torch()
     outcomes = directml.check_files(args.files, args.runtime)
+    for case in directml.measured_cases(args.files):
+        reason = directml.open_reason(case)
+        if reason is not None:
+            print(f"{case['id']} ({case['operator']}) left out, {reason}")
     for outcome in outcomes:
         if not outcome.agreed:
             print(f"{outcome.id} ({outcome.operator}): {outcome.detail}")

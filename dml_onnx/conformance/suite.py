@@ -59,14 +59,16 @@ class Tolerance:
     @classmethod
     def for_outputs(cls, outputs: list[np.ndarray]) -> Tolerance:
         """A few units in the last place of the largest float output (float16 is rounded
-        once from float32, where a standard form may land on the other side of a tie)."""
+        once from float32, where a standard form may land on the other side of a tie). Both
+        in float64: a float64 output near its type's limit has an absolute tolerance beyond
+        float32's range, which as float32 would be infinite (a check that cannot fail)."""
         floats = [o for o in outputs if o.dtype.kind == "f" and o.size]
         if not floats:
             return cls()
         relative = max(2 * 2.0 ** -10 if o.dtype == np.float16 else 16 * float(np.finfo(
             o.dtype).eps) for o in floats)
         scale = max(float(np.max(np.abs(o[np.isfinite(o)]), initial=0.0)) for o in floats)
-        return cls(float(np.float32(relative * scale)), float(np.float32(relative)))
+        return cls(relative * scale, relative)
 
     def config_text(self) -> str:
         return (f"per_sample_tolerance: {self.absolute!r}\n"
