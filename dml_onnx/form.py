@@ -36,6 +36,11 @@ RoiAlign-22)."""
 DIRECTML_VERSIONS = {"MaxRoiPool": 1, "RoiAlign": 16, "LpPool": 11, "Col2Im": 18}
 """The version of each native op the DirectML execution provider registers."""
 
+DIRECTML_MAX_RANK = 8
+"""The most dimensions a DirectML tensor has (``DML_TENSOR_DIMENSION_COUNT_MAX1`` from feature
+level 3.0): the DirectML execution provider refuses a node with a tensor of higher rank, so
+every tensor of a form must have at most this many."""
+
 
 class NotEquivalent(ValueError):
     """A node that has no standard-ONNX form here (unknown element type, opset too old)."""
@@ -163,5 +168,5 @@ class StandardNode:
                     to=self.elem_type)
 
 
-__all__ = ["DIRECTML_VERSIONS", "MINIMUM_OPSET", "NATIVE_VERSIONS", "NotEquivalent",
-           "StandardNode", "op_version"]
+__all__ = ["DIRECTML_MAX_RANK", "DIRECTML_VERSIONS", "MINIMUM_OPSET", "NATIVE_VERSIONS",
+           "NotEquivalent", "StandardNode", "op_version"]

@@ -4,7 +4,8 @@ which standard ops it registers, and what it was measured to do with each form.
 The measurements: onnxruntime 1.24.4 with its DirectML execution provider (the
 ``onnxruntime-directml`` wheel, ``DirectML.dll`` 1.15.4) ran every ``_expanded`` twin of the
 suite and the ``_decomposed`` form of every model that has one, on its stored inputs, compared
-at the case's tolerance.
+at the case's tolerance. A form changed since it was measured is a candidate
+(:data:`CANDIDATES`), kept apart from the measured forms until it is measured.
 """
 
 from __future__ import annotations
@@ -64,8 +65,6 @@ EXPANDED_NOT_GOOD: dict[str, str] = {
     **{f"test_roi_pooling_{name}": REGISTRY for name in (
         "float16_half_coordinates", "float16_outside", "half_coordinates", "outside",
         "pooled_1x4", "pooled_5x1", "pooled_larger_than_rois", "rank4_rois_outside_inverted")},
-    "test_unfold_6d": REGISTRY,
-    "test_unfold_6d_uint16": REGISTRY,
     **{f"test_roi_align1_{name}": FUSION for name in (
         "corners_max_2_samples", "float16_int32_max", "half_boundaries_linear_max", "max",
         "max_nearest", "max_out_of_bounds_value", "non_finite_max_infinite_out_of_bounds",
@@ -80,8 +79,18 @@ EXPANDED_NOT_GOOD: dict[str, str] = {
     "test_roi_align1_non_finite_average": "disagrees: 3 of 60 values by 5.96e-08",
     "test_roi_align_grad_zero_rois": "disagrees: dX holds unwritten memory (up to 2.95e38)",
 }
-"""The models whose ``_expanded`` twin the provider did not load or computed wrong (the 149
-others loaded and agreed), with what it did."""
+"""The models whose ``_expanded`` twin the provider did not load or computed wrong, with what
+it did (the 149 others loaded and agreed; :data:`CANDIDATES` are the two more it refused, whose
+form has changed since)."""
+
+CANDIDATES: dict[str, str] = {
+    f"test_unfold_{name}": (
+        f"its measured form (one Gather per spatial axis, tensors of rank up to 14) was "
+        f"{REGISTRY}; the present one (one Gather of flat positions, every tensor of rank at "
+        f"most 8, DirectML's limit) is a candidate awaiting measurement")
+    for name in ("6d", "6d_uint16")}
+"""The models whose ``_expanded`` twin, as measured, the provider refused, and whose form has
+changed since to avoid what it refused: unmeasured, neither known good nor known bad."""
 
 DECOMPOSED_GOOD = frozenset(f"test_{name}" for name in (
     "fold_2d_float16", "fold_2d_padded", "fold_3d_undilated", "fold_defaults",
@@ -113,10 +122,12 @@ the ``_expanded`` twin) the provider loaded and computed right: every one measur
 def measured(model: str) -> str:
     """What the provider was measured to do with the suite's form of ``model`` (a case
     folder's name) that it should run: its ``_decomposed`` twin where that was measured good,
-    else its ``_expanded`` twin."""
+    else its ``_expanded`` twin, measured or (:data:`CANDIDATES`) awaiting measurement."""
     base = model.removesuffix("_expanded").removesuffix("_decomposed")
     if base in DECOMPOSED_GOOD:
         return "the _decomposed twin loads and agrees"
+    if base in CANDIDATES:
+        return f"the _expanded twin is unmeasured: {CANDIDATES[base]}"
     if base in EXPANDED_NOT_GOOD:
         return f"the _expanded twin is {EXPANDED_NOT_GOOD[base]}; no form of it is known good"
     return "the _expanded twin loads and agrees"

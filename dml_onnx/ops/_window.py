@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,23 +88,32 @@ def pad_spatial(node: StandardNode, x: str, elem_type: int, window: Window) -> s
     return node.cast(padded, elem_type) if widen else padded
 
 
+def block_starts(node: StandardNode, padded: str, window: Window) -> Iterator[str]:
+    """Per spatial axis d of ``padded [N, C, P1..Pk]``, the ``[B_d]`` first positions
+    ``b * stride_d`` of the blocks, built with ``Range`` from the padded size in the graph;
+    each axis's nodes are emitted as it is drawn (the per-axis gathers interleave them)."""
+    # P_d - dilation_d * (w_d - 1) = (B_d - 1) * s_d + 1: Range(0, that, s_d) has B_d values
+    reach = node.op("Sub", node.op("Shape", padded, start=2), node.constant(window.spans))
+    zero = node.constant(0)
+    for d, s in enumerate(window.strides):
+        yield node.op("Range", zero, node.op("Gather", reach, node.constant(d)),
+                      node.constant(s))
+
+
 def gather_windows(node: StandardNode, x: str, elem_type: int, window: Window, *,
                    sum_taps: bool = False) -> str:
     """The window taps of ``x [N, C, D1..Dk]`` (element type ``elem_type``), shape-generic.
 
     ``Pad``, then along each spatial axis d one ``Gather`` of the ``[w_d, B_d]`` indices
-    ``i * dilation_d + b * stride_d`` (built with ``Range`` from the padded size in the graph):
-    ``[N, C, w1, B1, ..., wk, Bk]`` holding ``Xpad[n, c, b_1*s_1 + i_1*d_1, ...]``. With
-    ``sum_taps`` each window axis is summed (``ReduceSum``, taps in order) right after its
-    gather, axis 1 first, giving ``[N, C, B1..Bk]``.
+    ``i * dilation_d + b * stride_d`` (:func:`block_starts`):
+    ``[N, C, w1, B1, ..., wk, Bk]`` holding ``Xpad[n, c, b_1*s_1 + i_1*d_1, ...]``, of rank
+    2 + 2k. With ``sum_taps`` each window axis is summed (``ReduceSum``, taps in order) right
+    after its gather, axis 1 first, giving ``[N, C, B1..Bk]``.
     """
     padded = pad_spatial(node, x, elem_type, window)
-    # P_d - dilation_d * (w_d - 1) = (B_d - 1) * s_d + 1: Range(0, that, s_d) has B_d values
-    reach = node.op("Sub", node.op("Shape", padded, start=2), node.constant(window.spans))
-    current, zero = padded, node.constant(0)
-    for d, (w, s, dilation) in enumerate(zip(window.sizes, window.strides, window.dilations)):
-        starts = node.op("Range", zero, node.op("Gather", reach, node.constant(d)),
-                         node.constant(s))
+    current = padded
+    for d, (w, dilation, starts) in enumerate(zip(window.sizes, window.dilations,
+                                                  block_starts(node, padded, window))):
         index = node.op("Add", node.constant(np.arange(w)[:, None] * dilation), starts)
         axis = 2 + d if sum_taps else 2 + 2 * d
         current = node.op("Gather", current, index, axis=axis)

@@ -104,24 +104,27 @@ def _shapes_of(node: StandardNode, x: str, window: Window) -> Callable[..., str]
     return lambda *sizes: node.op("Concat", planes, node.constant(list(sizes)), axis=0)
 
 
+def _raveled(positions: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
+    """The flat offsets, row-major, of every combination of ``positions`` (one vector per
+    axis) in a grid of ``sizes``."""
+    return np.ravel_multi_index(np.meshgrid(*positions, indexing="ij"), sizes).ravel()
+
+
 def _scatter_add(node: StandardNode, x: str, elem_type: int, window: Window,
                  output: tuple[int, ...]) -> str:
     """Fold of ``x`` (``elem_type``) as a scatter-add into the padded output, block-major (the
-    order of DirectML's sums), then a slice."""
+    order of DirectML's sums), then a slice. The index is the sum of two small constants, the
+    block offsets ``[L, 1]`` and the tap offsets ``[W]``, of rank 2: no tensor of the form has
+    more dimensions than DirectML holds (:data:`~dml_onnx.form.DIRECTML_MAX_RANK`)."""
     k, taps = window.k, math.prod(window.sizes)
     blocks = sliding_block_counts(kernel.OP, node.label, output, *window)
     padded = [o + s + e for o, s, e in zip(output, window.start, window.end)]
-    # flat position in the padded output of block b and tap i: sum over d of
-    # (b_d * stride_d + i_d * dilation_d) * (P_{d+1} * ... * P_k), as [B1..Bk, w1..wk]
-    index = None
-    for d, (w, s, dilation) in enumerate(zip(window.sizes, window.strides, window.dilations)):
-        along = (np.arange(blocks[d])[:, None] * s + np.arange(w) * dilation) \
-            * math.prod(padded[d + 1:])
-        shape = [1] * (2 * k)
-        shape[d], shape[k + d] = blocks[d], w
-        term = node.constant(along.reshape(shape))
-        index = term if index is None else node.op("Add", index, term)
-    assert index is not None, "a window has at least one axis"
+    # flat position in the padded output of block b and tap i: the block's offset [L, 1]
+    # plus the tap's [W], both raveled over the padded sizes, block-major [L, W]
+    starts = [np.arange(b) * s for b, s in zip(blocks, window.strides)]
+    reads = [np.arange(w) * dilation for w, dilation in zip(window.sizes, window.dilations)]
+    index = node.op("Add", node.constant(_raveled(starts, padded)[:, None]),
+                    node.constant(_raveled(reads, padded)))
     positions = taps * math.prod(blocks)
     sized = _shapes_of(node, x, window)
     block_major = node.op("Transpose", node.op("Reshape", x, sized(taps, math.prod(blocks))),
