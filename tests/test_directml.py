@@ -9,7 +9,8 @@ the same way, subfolders included.
 The files: the older build's (``libdirectml.so`` of torch-directml, feature level 6.2) at the
 top; ``directml_1_15_4/``, the same cases measured on DirectML 1.15.4; ``unfold_fold.json``
 (1.15.4: 170 Unfold and 170 Fold cases, 40 of them float16); ``pending_measured.json`` (1.15.4:
-the eight decisive cases of ``pending/``, which themselves hold no measurement).
+the eight cases this project had listed as decisive). ``pending/`` holds the cases still to
+measure, with this project's predictions and no measurement.
 
 Rules over the data, never over a case id:
 
