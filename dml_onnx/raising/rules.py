@@ -187,9 +187,12 @@ def _col2im(node: _Node) -> _Raise:
     window = node.constant(2, "block_shape")
     k = len(window)
     pads = node.get("pads", [0] * (2 * k))
+    dilations = node.get("dilations", [1] * k)
+    node.require(min(dilations, default=1) >= 1, f"dilations {dilations}: Col2Im sums every tap "
+                 "at one position, where DirectML's Fold of dilation 0 gives zeros")
     return _Raise("Fold", [node.proto.input[0]], {
         "window_sizes": window, "output_size": output_size,
-        "strides": node.get("strides", [1] * k), "dilations": node.get("dilations", [1] * k),
+        "strides": node.get("strides", [1] * k), "dilations": dilations,
         "start_padding": pads[:k], "end_padding": pads[k:]})
 
 

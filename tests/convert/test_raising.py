@@ -103,6 +103,22 @@ def test_raise_keeps_what_is_not_exactly_equivalent_and_says_why(variation, node
                  plain_outputs(model))
 
 
+def test_raise_keeps_a_col2im_of_dilation_zero():
+    """Col2Im with a dilation of 0 adds every tap of that axis at one position; Fold of
+    dilation 0 is DirectML's zeros, so the node stays."""
+    node = helper.make_node("Col2Im", ["columns", "image_shape", "block_shape"], ["folded"],
+                            name="col2im", dilations=[0, 1])
+    sizes = [numpy_helper.from_array(np.array(v, np.int64), name)
+             for name, v in (("image_shape", [3, 3]), ("block_shape", [2, 2]))]
+    graph = helper.make_graph(
+        [node], "fold", [value_info("columns", TensorProto.FLOAT, [1, 4, 6])],
+        [value_info("folded", TensorProto.FLOAT, [1, 1, 3, 3])], initializer=sizes)
+    model = helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
+                              opset_imports=[helper.make_opsetid("", 18)])
+    result = raise_model(model)
+    assert result.raised == [] and "dilations [0, 1]" in result.kept["col2im"]
+
+
 def test_raise_with_positive_rois_takes_adaptive_sampling():
     model = standard_model(roi_align={"sampling_ratio": 0})
     result = raise_model(model, positive_rois=True)
