@@ -65,32 +65,83 @@ EXPANDED_NOT_GOOD: dict[str, str] = {
     **{f"test_roi_pooling_{name}": REGISTRY for name in (
         "float16_half_coordinates", "float16_outside", "half_coordinates", "outside",
         "pooled_1x4", "pooled_5x1", "pooled_larger_than_rois", "rank4_rois_outside_inverted")},
-    **{f"test_roi_align1_{name}": FUSION for name in (
-        "corners_max_2_samples", "float16_int32_max", "half_boundaries_linear_max", "max",
-        "max_nearest", "max_out_of_bounds_value", "non_finite_max_infinite_out_of_bounds",
-        "one_image")},
-    **{f"test_roi_align_grad_{name}": FUSION for name in (
-        "corners_max_2_samples", "drois_max_float32_uint64", "float16_uint32_max_dx",
-        "half_boundaries_max_nearest", "max_dx_only", "max", "max_nearest", "non_finite_max",
-        "one_image")},
     "test_roi_align1_average_sampling_2_scaled": "disagrees: its RoiAlign, up to 0.911",
     "test_roi_align1_fixed_samples_3_one_scale": "disagrees: its RoiAlign, up to 1.09",
     "test_roi_align1_samples_1": "disagrees: its RoiAlign, up to 1.19",
     "test_roi_align1_non_finite_average": "disagrees: 3 of 60 values by 5.96e-08",
-    "test_roi_align_grad_zero_rois": "disagrees: dX holds unwritten memory (up to 2.95e38)",
 }
 """The models whose ``_expanded`` twin the provider did not load or computed wrong, with what
-it did (the 149 others loaded and agreed; :data:`CANDIDATES` are the two more it refused, whose
-form has changed since)."""
+it did (the 149 others loaded and agreed, 25 of them in a form changed since; those and the 20
+more it refused or computed wrong, whose form has changed since, are :data:`CANDIDATES`)."""
+
+MAX_ROI_ALIGN1 = tuple(f"test_roi_align1_{name}" for name in (
+    "corners_max_2_samples", "float16_int32_max", "half_boundaries_linear_max", "max",
+    "max_nearest", "max_out_of_bounds_value", "non_finite_max_infinite_out_of_bounds",
+    "one_image"))
+MAX_ROI_ALIGN_GRAD = tuple(f"test_roi_align_grad_{name}" for name in (
+    "corners_max_2_samples", "drois_max_float32_uint64", "float16_uint32_max_dx",
+    "half_boundaries_max_nearest", "max_dx_only", "max", "max_nearest", "non_finite_max",
+    "one_image"))
+"""The ``max`` RoiAlign1 and RoiAlignGrad models (``one_image`` uses max) whose measured
+``_expanded`` twin the provider's graph fusion refused (the float64 ones loaded)."""
+
+DX_LOADED = tuple(f"test_roi_align_grad_{name}" for name in (
+    "both_gradients_float64", "corners", "corners_single_sample", "defaults", "dx_float16",
+    "dx_only", "fixed_samples_3_one_scale", "float16_int64_both", "float64_int32_scales_differ",
+    "half_boundaries", "input_pixel_offset_0", "nearest", "non_finite_average",
+    "one_pixel_image", "output_pixel_offset_0_25", "samples_1", "samples_2_to_3",
+    "samples_at_most_2", "scales_differ", "seed_dx_without_x", "x_omitted",
+    "x_omitted_nearest_corners"))
+"""The average RoiAlignGrad models computing dX whose measured ``_expanded`` twin loaded and
+agreed, with at least one region (``zero_rois`` is apart)."""
+
+LOADED = "loaded and agreed"
+UNFOLD_CHANGE = ("one Gather per spatial axis, tensors of rank up to 14",
+                 "one Gather of flat positions, every tensor of rank at most 8, DirectML's limit")
+DX_CHANGE = ("dX as ScatterND into zeros", "dX selects zeros where R == 0 whatever the "
+             "scatters give, a Where on a scalar condition from the shape")
+
+
+def _max_change(first: bool) -> tuple[str, str]:
+    """The change to the max of a RoiAlign1 (``first`` false) or RoiAlignGrad twin."""
+    ops = ("the max and its first hit as GreaterOrEqual, Equal, Greater, Where, ReduceMax and "
+           "ReduceMin" if first else "the max as GreaterOrEqual, Where and ReduceMax")
+    return (f"{ops} over axes 2 and 4 of rank-6 tensors"
+            + ("" if first else ", then a rank-6 Squeeze"),
+            "each output's samples transposed and reshaped into one axis of a rank-3 tensor: "
+            "every comparison, Where and reduction of the max of rank at most 3, over that one "
+            "axis" + (", the first hit reshaped and transposed back" if first
+                      else ", no Squeeze"))
+
+
+def _candidate(outcome: str, *changes: tuple[str, str]) -> str:
+    """A candidate's reading from what its measured form did (``outcome``) and the
+    ``changes`` (measured, present) made to it since."""
+    measured_form, present_form = ("; ".join(part) for part in zip(*changes))
+    return (f"its measured form ({measured_form}) {outcome}; the present one "
+            f"({present_form}) is a candidate awaiting measurement")
+
 
 CANDIDATES: dict[str, str] = {
-    f"test_unfold_{name}": (
-        f"its measured form (one Gather per spatial axis, tensors of rank up to 14) was "
-        f"{REGISTRY}; the present one (one Gather of flat positions, every tensor of rank at "
-        f"most 8, DirectML's limit) is a candidate awaiting measurement")
-    for name in ("6d", "6d_uint16")}
-"""The models whose ``_expanded`` twin, as measured, the provider refused, and whose form has
-changed since to avoid what it refused: unmeasured, neither known good nor known bad."""
+    **dict.fromkeys(("test_unfold_6d", "test_unfold_6d_uint16"),
+                    _candidate(f"was {REGISTRY}", UNFOLD_CHANGE)),
+    **dict.fromkeys(MAX_ROI_ALIGN1, _candidate(f"was {FUSION}", _max_change(first=False))),
+    **{name: _candidate(f"was {FUSION}", _max_change(first=True),
+                        *(() if "_drois_" in name else (DX_CHANGE,)))  # drois only: no dX
+       for name in MAX_ROI_ALIGN_GRAD},
+    "test_roi_align_grad_zero_rois": _candidate(
+        "computed dX wrong: the provider returned memory it never wrote (up to 2.95e38)",
+        DX_CHANGE),
+    **dict.fromkeys(("test_roi_align1_float64_uint32_rank3_max_nearest",
+                     "test_roi_align1_max_nearest_corners_float64_int32"),
+                    _candidate(LOADED, _max_change(first=False))),
+    "test_roi_align_grad_float64_uint64_rank4_max": _candidate(
+        LOADED, _max_change(first=True), DX_CHANGE),
+    **dict.fromkeys(DX_LOADED, _candidate(LOADED, DX_CHANGE)),
+}
+"""The models whose ``_expanded`` twin has changed since it was measured: to avoid what the
+provider refused or computed wrong, or (those that loaded and agreed) as the same change
+reaches them. Unmeasured, neither known good nor known bad."""
 
 DECOMPOSED_GOOD = frozenset(f"test_{name}" for name in (
     "fold_2d_float16", "fold_2d_padded", "fold_3d_undilated", "fold_defaults",

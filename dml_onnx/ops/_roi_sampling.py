@@ -31,6 +31,9 @@ FLOAT_ELEMENTS = (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
 Y_PLACE, X_PLACE = (3, 4, 5), (1, 2, 5)
 """Unsqueeze axes taking ``[R, O, M]`` y or x values to the per-sample layout."""
 
+BY_OUTPUT = (0, 1, 3, 5, 2, 4)
+"""The permutation taking the per-sample layout to ``[R, OH, OW, C, MY, MX]``."""
+
 
 def float_compute_type(node: StandardNode) -> int:
     """The node's compute type (:attr:`StandardNode.compute_type`); raises
@@ -265,31 +268,76 @@ class RoiGrid:
         total = node.reduce("ReduceSum", kept, [2, 4], keepdims=0)
         return node.op("Div", total, node.unsqueeze(self.count, [1, 2, 3]))
 
-    def maximum(self, values: str, lowest: float) -> str:
-        """``maxnum`` of ``lowest`` and the valid samples, ``[R, OH, 1, OW, 1, C]``: NaN
-        (and -inf) samples read ``lowest``."""
+    @cached_property
+    def region_count(self) -> str:
+        """``R`` as a 0-d int64 value."""
+        node = self.node
+        return node.op("Gather", node.op("Shape", self.y.n), node.constant(0))
+
+    @cached_property
+    def _sample_count(self) -> str:
+        """``MY * MX`` as a 0-d int64 value: the samples of one output in a row."""
+        return self.node.op("Mul", self.y.most, self.x.most)
+
+    def _shape(self, *sizes: str) -> str:
+        """The 1-D int64 shape of the 0-d ``sizes``."""
+        return self.node.op("Concat", *(self.node.unsqueeze(d, [0]) for d in sizes), axis=0)
+
+    @cached_property
+    def _valid_rows(self) -> str:
+        """``[R, 1, MY * MX]`` bool: :attr:`valid` in the layout of :meth:`_by_output`."""
+        node = self.node
+        shape = self._shape(self.region_count, node.constant(1), self._sample_count)
+        return node.op("Reshape", self.valid, shape, allowzero=1)
+
+    def _by_output(self, values: str) -> tuple[str, list[str]]:
+        """``values [R, OH, MY, OW, MX, C]`` as ``[R, OH * OW * C, MY * MX]`` (each output's
+        samples in a row, row-major over ``MY x MX``) and ``R, OH, OW, C`` (0-d int64).
+
+        The max is taken in this layout so that every comparison, ``Where`` and reduction of
+        it has rank at most 3 and one reduced axis: onnxruntime's DirectML execution provider
+        refused the same at rank 6 (a ``ReduceMax`` over axes 2 and 4) in its graph fusion."""
+        node = self.node
+        channels = node.op("Gather", node.op("Shape", values), node.constant(5))
+        oh, ow = self.outputs
+        outputs = node.op("Mul", node.op("Mul", oh, ow), channels)
+        rows = node.op("Reshape", node.op("Transpose", values, perm=list(BY_OUTPUT)),
+                       self._shape(self.region_count, outputs, self._sample_count),
+                       allowzero=1)
+        return rows, [self.region_count, oh, ow, channels]
+
+    def _maxnum(self, rows: str, lowest: float) -> str:
+        """``[R, OH * OW * C]``: ``maxnum`` of ``lowest`` and the valid samples of each row of
+        ``rows`` (:meth:`_by_output`); NaN (and -inf) samples read ``lowest``."""
         node = self.node
         start = self._scalar(lowest)
-        kept = node.op("Where", node.op("And", self.valid, node.op(
-            "GreaterOrEqual", values, start)), values, start)
-        return node.reduce("ReduceMax", kept, [2, 4])
+        kept = node.op("Where", node.op("And", self._valid_rows, node.op(
+            "GreaterOrEqual", rows, start)), rows, start)
+        return node.reduce("ReduceMax", kept, [2], keepdims=0)
+
+    def maximum(self, values: str, lowest: float) -> str:
+        """``[R, OH, OW, C]``: ``maxnum`` of ``lowest`` and the valid samples of each output
+        (``values [R, OH, MY, OW, MX, C]``); NaN (and -inf) samples read ``lowest``."""
+        rows, sizes = self._by_output(values)
+        return self.node.op("Reshape", self._maxnum(rows, lowest), self._shape(*sizes),
+                            allowzero=1)
 
     def first_maximum(self, values: str, lowest: float) -> str:
         """``[R, OH, MY, OW, MX, C]`` bool: the first valid sample (row-major over the
         ``n_y x n_x`` samples of its output) holding the maximum, where it is above
         ``lowest`` (none where every sample is NaN, -inf or ``lowest``)."""
         node = self.node
-        largest = self.maximum(values, lowest)
-        hit = node.op("And", node.op("And", node.op("Equal", values, largest), self.valid),
-                      node.op("Greater", values, self._scalar(lowest)))
-        rank_y = node.op("Range", node.constant(0), self.y.most, node.constant(1))
-        rank_x = node.op("Range", node.constant(0), self.x.most, node.constant(1))
-        rank = node.op("Add", node.unsqueeze(node.op("Mul", rank_y, self.x.most),
-                                             [0, 1, 3, 4, 5]),
-                       node.unsqueeze(rank_x, [0, 1, 2, 3, 5]))
-        beyond = node.op("Mul", self.y.most, self.x.most)
-        first = node.reduce("ReduceMin", node.op("Where", hit, rank, beyond), [2, 4])
-        return node.op("Equal", rank, first)
+        rows, sizes = self._by_output(values)
+        largest = node.unsqueeze(self._maxnum(rows, lowest), [2])
+        hit = node.op("And", node.op("And", node.op("Equal", rows, largest), self._valid_rows),
+                      node.op("Greater", rows, self._scalar(lowest)))
+        rank = node.op("Range", node.constant(0), self._sample_count, node.constant(1))
+        first = node.reduce("ReduceMin", node.op("Where", hit, rank, self._sample_count), [2],
+                            keepdims=0)
+        taken = node.op("Equal", rank, node.unsqueeze(first, [2]))  # [R, OH * OW * C, MY * MX]
+        shape = self._shape(*sizes, self.y.most, self.x.most)
+        return node.op("Transpose", node.op("Reshape", taken, shape, allowzero=1),
+                       perm=[BY_OUTPUT.index(k) for k in range(6)])
 
 
 EDGE_TOLERANCE = 1e-5

@@ -103,7 +103,7 @@ def _decomposed(node: StandardNode, X: str, rois: str, batch_indices: str) -> st
     if a["reduction_function"] == "average":
         pooled = grid.average(values)
     else:
-        pooled = node.squeeze(grid.maximum(values, lowest(node.elem_type)), [2, 4])
+        pooled = grid.maximum(values, lowest(node.elem_type))
     return node.op("Transpose", pooled, perm=[0, 3, 1, 2])  # [R, C, OH, OW]
 
 

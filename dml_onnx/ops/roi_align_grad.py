@@ -88,7 +88,9 @@ def _standard_form(node: StandardNode) -> None:
 def _image_gradient(node: StandardNode, grid: RoiGrid, weights: str, sizes: list[str],
                     output: str) -> None:
     """``dX``: the per-sample ``weights [R, OH, MY, OW, MX, C]`` scattered onto the pixels
-    the samples read, with their interpolation weights."""
+    the samples read, with their interpolation weights; zeros where ``R == 0`` whatever the
+    scatters give, since onnxruntime's DirectML execution provider was measured to return
+    memory it never wrote from a ``ScatterND`` with no updates."""
     n, c, h, w = sizes
     shape = node.op("Concat", node.unsqueeze(node.op("Mul", node.op("Mul", n, h), w), [0]),
                     node.unsqueeze(c, [0]), axis=0)
@@ -103,7 +105,9 @@ def _image_gradient(node: StandardNode, grid: RoiGrid, weights: str, sizes: list
     for (ys, xs), update in zip(pixels, updates):
         total = node.op("ScatterND", total, node.unsqueeze(grid.rows(ys, xs), [5]), update,
                         reduction="add")
-    rows_to_image(node, total, sizes, output)
+    none = node.op("Equal", grid.region_count, node.constant(0))
+    rows_to_image(node, node.op("Where", none, node.constant(0.0, grid.ct), total), sizes,
+                  output)
 
 
 def _roi_gradient(node: StandardNode, grid: RoiGrid, image: str, weights: str, take: str,

@@ -142,8 +142,7 @@ class InferenceSession:
                             run_options: ort.RunOptions | None = None) -> list[ort.OrtValue]:
         """:meth:`run` over CPU ``OrtValue`` tensors, outputs as ``OrtValue`` tensors."""
         feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
-        return [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(output))
-                for output in self.run(output_names, feeds, run_options)]
+        return [_ort_value(output) for output in self.run(output_names, feeds, run_options)]
 
     def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
                   callback: Callable[[list[Any] | None, Any, str], None], user_data: Any,
@@ -182,6 +181,19 @@ class InferenceSession:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
+
+
+def _ort_value(output: Any) -> ort.OrtValue:
+    """``output`` as an ``OrtValue`` whose C value holds the array: ``OrtValue.numpy()``
+    returns a view that keeps the C value, not the Python wrapper, and
+    ``ortvalue_from_numpy`` leaves the array to the wrapper, so the view of a dropped wrapper
+    read freed memory, or a kept block (:mod:`custom_ops._buffers`) that the next run wrote.
+    DLPack hands the array itself to the C value (no copy); strings, which DLPack does not
+    carry, ``ortvalue_from_numpy`` copies into the C value."""
+    array = np.ascontiguousarray(output)
+    if array.dtype.kind in "OSU":
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    return ort.OrtValue.from_dlpack(array)
 
 
 _Prepared = tuple[dict[str, int], dict[str, int], list[Segment | Kernel | HostNode] | None]
