@@ -104,6 +104,26 @@ def test_run_with_ort_values_and_run_async_work_and_io_binding_is_refused():
             getattr(session, method)()
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["one session", "split"])
+def test_a_view_of_a_large_ort_value_output_outlives_its_wrapper(split):
+    """``run_with_ort_values(...)[0].numpy()`` keeps the C value alone, not the wrapper: the
+    kernel's output (a kept block, 9 MB) must stay with the view, not be written by the next
+    run, as plain onnxruntime's output is not."""
+    nodes = [dml_onnx.unfold("X", "Y", window_sizes=[3, 3], name="im2col")]
+    if split:
+        nodes.insert(0, helper.make_node("Relu", ["X0"], ["X"]))
+    model = dml_onnx.make_model(nodes, [tensor("X0" if split else "X", [1, 4, 256, 256])],
+                                [tensor("Y")])
+    session = dml_onnx.InferenceSession(model)
+    assert (session._split is not None) == split
+    ones = np.ones((1, 4, 256, 256), np.float32)
+    feeds = {session.get_inputs()[0].name: ort.OrtValue.ortvalue_from_numpy(ones)}
+    for run in (session.run_with_ort_values, plain_session(model).run_with_ort_values):
+        kept = run(None, feeds)[0].numpy()
+        assert kept.nbytes >= 1 << 23
+        session.run(None, {name: 2 * ones for name in feeds})
+        assert (kept == 1).all()
+
 def test_run_async_queues_many_calls_on_a_few_threads():
     """2,000 calls used to start a thread each; now they queue on ASYNC_THREADS shared
     threads, every callback runs, and one that raises stops no later one."""
