@@ -453,9 +453,9 @@ class SplitRun:
             if name not in self._output_names:
                 raise ValueError(f"Invalid output name: {name}")
         started = time.time_ns()
-        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(
-            value if isinstance(value, np.ndarray) else  # a list as onnxruntime reads it
-            np.asarray(value, self._input_dtypes.get(name)))) for name, value in input_feed.items()}
+        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
+            value, None if isinstance(value, np.ndarray) else  # a list as onnxruntime reads it
+            self._input_dtypes.get(name), order="C")) for name, value in input_feed.items()}
         values: dict[str, Any] = {**feed, **self._constants}
         for step in self.steps:
             if isinstance(step, Kernel):
@@ -539,7 +539,7 @@ def _event(name: str, category: str, started: int, start_ns: int, **args: str) -
 
 def _ort_value(value: Any) -> ort.OrtValue:
     return value if isinstance(value, ort.OrtValue) else \
-        ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+        ort.OrtValue.ortvalue_from_numpy(np.asarray(value, order="C"))  # 0-d stays 0-d
 
 
 def _array(value: Any) -> np.ndarray:

@@ -190,7 +190,7 @@ def _ort_value(output: Any) -> ort.OrtValue:
     read freed memory, or a kept block (:mod:`custom_ops._buffers`) that the next run wrote.
     DLPack hands the array itself to the C value (no copy); strings, which DLPack does not
     carry, ``ortvalue_from_numpy`` copies into the C value."""
-    array = np.ascontiguousarray(output)
+    array = np.asarray(output, order="C")  # np.ascontiguousarray makes a 0-d array 1-d
     if array.dtype.kind in "OSU":
         return ort.OrtValue.ortvalue_from_numpy(array)
     return ort.OrtValue.from_dlpack(array)

@@ -353,6 +353,29 @@ def test_a_kernels_output_reaches_the_next_segment_with_its_rank():
     assert all(not v.type.tensor_type.HasField("shape") for v in second.model.graph.output)
 
 
+def test_a_scalar_feed_and_what_is_computed_from_it_stay_0_d():
+    """A 0-d feed of a scalar input stays 0-d (``np.ascontiguousarray`` made it ``[1]``):
+    scalars from the first segment and from one after a kernel come back ``()`` through
+    ``run`` and ``run_with_ort_values``, as onnxruntime gives them."""
+    nodes = [helper.make_node("Relu", ["X0"], ["X"]),
+             dml_onnx.unfold("X", "Y", window_sizes=[1, 1], name="im2col"),
+             helper.make_node("Mul", ["s", "s"], ["t"]),
+             helper.make_node("ReduceSum", ["Y"], ["total"], keepdims=0),
+             helper.make_node("Mul", ["total", "s"], ["u"])]
+    model = dml_onnx.make_model(nodes, [_value("X0", FLOAT, [1, 1, 2, 2]), _value("s", FLOAT, [])],
+                                [_value("t"), _value("u"), _value("Y")])
+    session = dml_onnx.InferenceSession(model)
+    assert session._split is not None
+    feeds = {"X0": np.ones((1, 1, 2, 2), np.float32), "s": np.array(3, np.float32)}
+    want = _one_session(model, feeds)
+    assert [w.shape for w in want] == [(), (), (1, 1, 4)]
+    for got in (session.run(None, feeds), [v.numpy() for v in session.run_with_ort_values(
+            None, {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in feeds.items()})]):
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_constant_nodes_go_into_every_segment_that_reads_them():
     """A later segment makes a Constant, an Identity of a weight, or the Shape of a graph input
     of fixed shape again instead of reading it from an earlier one: onnxruntime then still
