@@ -186,13 +186,14 @@ def _expand(node: onnx.NodeProto, data: np.ndarray, shape: np.ndarray) -> np.nda
 
 def _constant_of_shape(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
     """``ConstantOfShape`` (a :func:`plain_fill` one): ``shape`` filled with the ``value``
-    attribute (float 0 where absent); zeros come from the system already zeroed."""
+    attribute (float 0 where absent); zeros (all bits 0: not -0.0) come from the system
+    already zeroed."""
     wanted = _shape(node, shape)
     value = _attribute(node, "value", None)
     fill = numpy_helper.to_array(value).reshape(-1) if isinstance(
         value, onnx.TensorProto) else np.zeros(1, np.float32)
     try:
-        if not fill[0]:
+        if not fill.view(np.uint8).any():
             return np.zeros(wanted, fill.dtype)
         return np.full(wanted, fill[0], fill.dtype)
     except MemoryError:

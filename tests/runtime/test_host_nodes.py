@@ -62,6 +62,7 @@ def _agree(node, inputs):
         assert not isinstance(ours, Exception), (ours, theirs)
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
         np.testing.assert_array_equal(ours, theirs)
+        assert ours.tobytes() == theirs.tobytes()  # bit for bit: -0.0 is not 0.0
 
 
 @st.composite
@@ -136,7 +137,9 @@ def test_expand_equals_onnxruntimes(shape, wanted):
 
 
 @pytest.mark.parametrize("value", [None, np.array([0], np.float32), np.array([7], np.int64),
-                                   np.array([-1.5], np.float16), np.array([1], np.bool_)])
+                                   np.array([-1.5], np.float16), np.array([1], np.bool_),
+                                   *(np.array([-0.0], t) for t in (np.float16, np.float32,
+                                                                   np.float64))])
 @pytest.mark.parametrize("shape", [[2, 3], [0, 4], [], [1, 1, 2]])
 def test_constant_of_shape_equals_onnxruntimes(value, shape):
     attributes = {} if value is None else {"value": numpy_helper.from_array(value)}
