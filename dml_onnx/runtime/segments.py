@@ -24,7 +24,8 @@ onnxruntime would copy or write out what is already there: a scatter (``ScatterN
 ``ScatterElements`` whose indices an ``Expand`` makes, no reduction) into data that nothing
 else reads, made by a kernel, by a host node or by a ``ConstantOfShape`` that only it reads
 (its value one number), where a kernel feeds it; that ``Expand`` and ``ConstantOfShape``;
-and a ``Cast`` of a host value to the type it has. A host node runs at the highest of its
+and a ``Cast`` of a host value to the type it has (that array, copied where another graph
+output has it). A host node runs at the highest of its
 producers' levels. These are
 the raise's replacement of edge regions (in a segment, onnxruntime copied a fed array before
 it scattered into it: Faster R-CNN's four copies took 2.3-2.6 ms a run at 16 threads on the
@@ -80,6 +81,7 @@ class HostNode:
     writes into its data, which nothing else reads."""
 
     node: onnx.NodeProto
+    copy: bool = False  # its result copied: a Cast whose array another graph output has
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
         custom[index] = True  # the wiring's: its output comes from a host step
         wiring.from_kernels.update(graph.node[index].output)
     levels = _levels(graph.node, wiring.reads, custom, host)
+    copied = _shared_casts(graph, host)
     steps: list[Segment | Kernel | HostNode] = []
     for level in range(max(levels) + 1):
         members = [i for i, lv in enumerate(levels) if lv == level and not custom[i]]
@@ -134,7 +137,8 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             if segment is None:
                 return None
             steps.append(segment)
-        steps += [HostNode(graph.node[i]) if i in host else _kernel(graph.node[i], elem_types)
+        steps += [HostNode(graph.node[i], i in copied) if i in host else
+                  _kernel(graph.node[i], elem_types)
                   for i, lv in enumerate(levels) if lv == level and custom[i]]
     return steps
 
@@ -187,6 +191,28 @@ def _host_nodes(wiring: _Wiring) -> set[int]:
             on_host.update(chosen)
             host.update(chosen)
     return host
+
+
+def _shared_casts(graph: onnx.GraphProto, host: set[int]) -> set[int]:
+    """The host ``Cast`` nodes (of ``host``) that must copy: a host ``Cast`` gives its input's
+    array, and a graph output would then be the array of another graph output, where
+    onnxruntime returns a buffer for each."""
+    outputs = {value.name for value in graph.output}
+    array_of: dict[str, str] = {}  # a host Cast's value -> the value whose array it gives
+    returned: set[str] = set()  # values whose arrays a graph output is
+    copied = set()
+    for index, node in enumerate(graph.node):
+        if index not in host or node.op_type != "Cast":
+            returned.update(name for name in node.output if name in outputs)
+            continue
+        name = node.output[0]
+        array_of[name] = array_of.get(node.input[0], node.input[0])
+        if name in outputs:
+            if array_of[name] in returned:
+                copied.add(index)
+                array_of[name] = name
+            returned.add(array_of[name])
+    return copied
 
 
 def _reads(node: onnx.NodeProto, held: Sequence[onnx.GraphProto]) -> set[str]:
@@ -461,7 +487,7 @@ class SplitRun:
             if isinstance(step, Kernel):
                 self._call(step, values)
             elif isinstance(step, HostNode):
-                self._compute(step.node, values)
+                self._compute(step, values)
             else:
                 segment, session = step
                 got = session.run_with_ort_values(  # the first checks the feed, names too
@@ -494,11 +520,12 @@ class SplitRun:
                                        self.start_ns, op_name=kernel.variant.definition.name,
                                        provider="dml_onnx"))
 
-    def _compute(self, node: onnx.NodeProto, values: dict[str, Any]) -> None:
+    def _compute(self, step: HostNode, values: dict[str, Any]) -> None:
         """A host node (:func:`~dml_onnx.runtime.host_nodes.compute`)."""
         started = time.time_ns()
-        values[node.output[0]] = host_nodes.compute(
-            node, [_array(values[name]) for name in node.input])
+        node = step.node
+        result = host_nodes.compute(node, [_array(values[name]) for name in node.input])
+        values[node.output[0]] = result.copy() if step.copy else result
         if self.profile is not None:
             self.profile.append(_event(f"{node.name}_kernel_time", "Node", started,
                                        self.start_ns, op_name=node.op_type,

@@ -314,3 +314,34 @@ def test_a_fill_onnxruntime_refuses_stays_in_its_segment_and_is_refused(fill):
         dml_onnx.InferenceSession(model)
     with pytest.raises(Exception, match=refused):
         _one_session(model, feeds)
+
+
+def test_graph_outputs_that_a_host_cast_gives_one_array_are_distinct_arrays():
+    """A host ``Cast`` gives its input's array: where that makes two graph outputs one array
+    (a kernel's output and a Cast of it, a Cast of that Cast, two Casts of one value), all
+    but the first are copies, as onnxruntime returns a buffer for each; a Cast whose array
+    no other graph output has stays that array."""
+    float_ = TensorProto.FLOAT
+
+    def cast(source, target):
+        return helper.make_node("Cast", [source], [target], to=float_)
+    nodes = [helper.make_node("Relu", ["X0"], ["X"]),
+             dml_onnx.unfold("X", "Y", window_sizes=[1, 1], name="im2col"),
+             dml_onnx.unfold("X", "Z", window_sizes=[1, 1], name="im2col_z"),
+             cast("Y", "C"), cast("C", "CC"), cast("Z", "D"), cast("Z", "E"),
+             dml_onnx.unfold("X", "W", window_sizes=[1, 1], name="im2col_w"), cast("W", "F")]
+    names = ["Y", "C", "CC", "D", "E", "F"]
+    model = dml_onnx.make_model(nodes, [_value("X0", float_, [1, 1, 2, 2])],
+                                [_value(name, float_) for name in names])
+    session = dml_onnx.InferenceSession(model)
+    assert [(s.node.output[0], s.copy) for s in session._split.steps
+            if isinstance(s, segments.HostNode)] == [
+        ("C", True), ("CC", True), ("D", False), ("E", True), ("F", False)]
+    feeds = {"X0": np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)}
+    want = _one_session(model, feeds)
+    got = session.run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    for k, array in enumerate(got):
+        array[...] = -k - 1  # onnxruntime's are distinct buffers: each keeps its own write
+    assert [float(array.flat[0]) for array in got] == [-k - 1.0 for k in range(len(got))]
