@@ -14,7 +14,7 @@ from dml_onnx import conformance, docs
 from dml_onnx.check import model_problems
 from dml_onnx.conformance import directml_ep, probes
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import load_model, save_model
+from dml_onnx.graphs import load_model, save_model, write_file
 from dml_onnx.raising import NotRaisable, raise_model
 from dml_onnx.standard import lower_model
 
@@ -79,7 +79,7 @@ def conformance_probe(args: argparse.Namespace) -> int:
         by_provider = {p: {f.point: f.as_json() for f in findings if f.provider == p}
                        for p in args.providers}
         data = by_provider[args.providers[0]] if len(args.providers) == 1 else by_provider
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+        write_file(args.json, (json.dumps(data, indent=1) + "\n").encode())
         print(f"wrote {args.json}")
     return 0
 
@@ -151,7 +151,8 @@ def _raisable(model: onnx.ModelProto, path: Path) -> None:
 
 def operators(args: argparse.Namespace) -> int:
     if args.update:
-        args.update.write_text(docs.with_reference(args.update.read_text()))
+        write_file(args.update,
+                   docs.with_reference(args.update.read_text(encoding="utf-8")).encode())
         print(f"updated the operator reference in {args.update}")
         return 0
     print(docs.operator_reference())

@@ -25,12 +25,27 @@ from dml_onnx.schemas import register_schemas
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Write ``model`` to ``path`` (through a symbolic link to its target) without ever
+    """Write ``model`` to ``path`` (:func:`write_file`); a model over 2 GB fails before any
+    write."""
+    write_file(path, model.SerializeToString())
+
+
+def write_file(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` (through a symbolic link to its target) without ever
     leaving a part-written file there: the bytes go to a temporary file beside it, which then
     replaces it in one rename. An existing file keeps its permissions, a new one gets the
-    umask's; a failure leaves what was at ``path`` as it was."""
+    umask's; a failure leaves what was at ``path`` as it was. A target that is not a regular
+    file (a device, a FIFO) is written through and never replaced: a rename would turn
+    ``/dev/null`` into a regular file, and a full device's error is raised."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        regular = True  # created by the rename
+    if not regular:
+        with os.fdopen(os.open(path, os.O_WRONLY), "wb") as file:
+            file.write(data)
+        return
     target = Path(os.path.realpath(path))
-    data = model.SerializeToString()  # a model over 2 GB fails here, before any write
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
                                          suffix=".tmp")
     try:

@@ -1,9 +1,13 @@
 """Commands never destroy user data: ``conformance export`` replaces only what it wrote,
-``lower`` and ``raise`` write through a temporary file and one rename."""
+``lower`` and ``raise`` write through a temporary file and one rename, and write a device or
+FIFO through, leaving it as it is."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import threading
 from pathlib import Path
 
 import onnx
@@ -106,6 +110,55 @@ def test_save_writes_through_a_link_to_its_target(tmp_path):
     link.symlink_to(target)
     save_model(dml_onnx.lower_model(_model()), link)
     assert link.is_symlink() and onnx.load(target).graph.node[0].domain == ""
+
+
+def test_a_fifo_target_is_written_through_and_stays_a_fifo(tmp_path, cli):
+    """A target that is not a regular file is written through, never replaced by a rename
+    (which turned a FIFO or ``/dev/null`` into a regular file): ``lower``'s model arrives in
+    the FIFO, which is still there."""
+    model, fifo = tmp_path / "model.onnx", tmp_path / "fifo"
+    onnx.save(_model(), model)
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # lets the reader open now and see EOF once closed
+    reader = os.open(fifo, os.O_RDONLY)
+    received: list[bytes] = []
+
+    def read_all() -> None:
+        with os.fdopen(reader, "rb") as file:
+            received.append(file.read())
+    thread = threading.Thread(target=read_all)
+    thread.start()
+    try:
+        done = cli("lower", str(model), str(fifo))
+    finally:
+        os.close(writer)
+        thread.join(60)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "model.onnx"]
+    written = onnx.load_from_string(received[0])
+    assert written.graph.node and all(node.domain == "" for node in written.graph.node)
+
+
+def test_a_full_device_is_an_error_and_stays_a_device(tmp_path, cli):
+    """``/dev/full`` refuses every write: the command ends with the system's one line and
+    exit 1, and the device node is left as it is."""
+    full = Path("/dev/full")
+    if not (full.is_char_device() and os.access(full, os.W_OK)):
+        pytest.skip("no writable /dev/full here: the FIFO test covers writing through")
+    before = os.stat(full)
+    model = tmp_path / "model.onnx"
+    onnx.save(_model(), model)
+    done = cli("lower", str(model), str(full))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [f"dml-onnx lower: [Errno {errno.ENOSPC}] "
+                                        f"{os.strerror(errno.ENOSPC)}"]
+    with pytest.raises(OSError) as raised:
+        save_model(_model(), full)
+    assert raised.value.errno == errno.ENOSPC
+    after = os.stat(full)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_rdev, after.st_ino) == (before.st_rdev,
+                                                                              before.st_ino)
 
 
 # ------------------------------------------------------------------ hostile case folders
