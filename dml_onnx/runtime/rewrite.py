@@ -83,14 +83,17 @@ def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
     direct_inputs, direct_outputs = (_direct_values(model.graph) if mode == "direct"
                                      else (set(), set()))
     prefix = unused_prefix(model.graph, "_dml_onnx")
+    fetched: set[str] = set()  # graph outputs a kernel writes outside onnxruntime
     for index, node in enumerate(model.graph.node):
         if node.domain == DOMAIN:
             plan = _plan_node(node, elem_types, direct_inputs, direct_outputs)
+            fetched.update(o.name for o in plan.outputs if o.name in direct_outputs)
             result.graph.node.extend(_emit_node(plan, f"{prefix}_{index}", mode))
         else:
             result.graph.node.append(node)
     for value in result.graph.output:
-        if value.name in direct_outputs:  # an empty placeholder: no shape to disagree with
+        if value.name in fetched:  # an empty placeholder: no shape to disagree with (only
+            # these: clearing another output's, a sequence's say, made it a tensor of type 0)
             value.type.tensor_type.ClearField("shape")
     imports = {o.domain: o for o in result.opset_import}
     if "" not in imports and "ai.onnx" not in imports:

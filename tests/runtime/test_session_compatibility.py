@@ -1,0 +1,68 @@
+"""Where onnxruntime's API goes beyond tensors in and out: each case runs on plain onnxruntime
+and on ``dml_onnx.InferenceSession``, with and without a ``dml_onnx`` node between standard
+nodes (which the session runs split, where split execution applies), and requires the same
+results and the same error types."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import dml_onnx
+
+POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
+X = np.arange(75, dtype=np.float32).reshape(1, 3, 5, 5) / 7
+
+
+def _value(name, elem=TensorProto.FLOAT, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _chain(between: bool) -> list[onnx.NodeProto]:
+    """``X -> Neg -> [LpPooling ->] Relu -> C``: with ``between``, a ``dml_onnx`` node
+    reads and writes values between standard nodes."""
+    if not between:
+        return [helper.make_node("Neg", ["X"], ["A"]), helper.make_node("Relu", ["A"], ["C"])]
+    return [helper.make_node("Neg", ["X"], ["A"]), dml_onnx.lp_pooling("A", "B", **POOL),
+            helper.make_node("Relu", ["B"], ["C"])]
+
+
+def _sessions(model: onnx.ModelProto, options=None):
+    """The plain onnxruntime session (of the model with its nodes' standard forms as
+    functions) and ours."""
+    plain = ort.InferenceSession(dml_onnx.with_functions(model).SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+    return plain, dml_onnx.InferenceSession(model, options)
+
+
+def _same(got, want):
+    assert type(got) is type(want)
+    if isinstance(want, list):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_sequence_and_optional_graph_outputs(between):
+    sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT,
+                                                                             None))
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT,
+                                                                             None))
+    model = dml_onnx.make_model(
+        [*_chain(between), helper.make_node("SequenceConstruct", ["C", "X"], ["S"]),
+         helper.make_node("Optional", ["C"], ["O"])],
+        [_value("X", shape=[1, 3, 5, 5])],
+        [helper.make_value_info("S", sequence), helper.make_value_info("O", optional),
+         _value("C")])
+    plain, ours = _sessions(model)
+    assert ours._split is None  # split execution takes tensors alone
+    assert [(o.name, o.type) for o in ours.get_outputs()] == \
+        [(o.name, o.type) for o in plain.get_outputs()]
+    for names in (None, ["O", "S"]):
+        _same(ours.run(names, {"X": X}), plain.run(names, {"X": X}))
