@@ -98,6 +98,8 @@ class InferenceSession:
             options.add_external_initializers(list(weights), self._weights)
         self._session = ort.InferenceSession(serialized, options, **arguments)
         self._output_names = [o.name for o in self._session.get_outputs()]
+        self._required = [i.name for i in self._session.get_inputs()  # as onnxruntime's run
+                          if not i.type.startswith("optional")]
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 4  # a failed kernel is raised, not logged
         self._run = session_run(self._session)
@@ -111,6 +113,11 @@ class InferenceSession:
                                        input_feed, run_options)
             finally:
                 thread_limit.reset(threads)
+        missing = [name for name in self._required if name not in input_feed]
+        if missing:  # before anything runs, as onnxruntime's run (a kernel's direct input
+            # would fail inside the run)
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed "
+                             f"({list(input_feed)}).")
         state = _state
         state.error = None
         state.in_session += 1

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dml_onnx
+from dml_onnx.runtime import hook, segments
 
 POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
 X = np.arange(75, dtype=np.float32).reshape(1, 3, 5, 5) / 7
@@ -21,13 +22,19 @@ def _value(name, elem=TensorProto.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _chain(between: bool) -> list[onnx.NodeProto]:
-    """``X -> Neg -> [LpPooling ->] Relu -> C``: with ``between``, a ``dml_onnx`` node
-    reads and writes values between standard nodes."""
-    if not between:
-        return [helper.make_node("Neg", ["X"], ["A"]), helper.make_node("Relu", ["A"], ["C"])]
-    return [helper.make_node("Neg", ["X"], ["A"]), dml_onnx.lp_pooling("A", "B", **POOL),
-            helper.make_node("Relu", ["B"], ["C"])]
+LAYOUTS = ["standard", "between", "at the ends"]
+"""Where a chain has its ``dml_onnx`` node: none, between standard nodes (split execution),
+reading the graph input (one session, the kernel reads the caller's array)."""
+
+
+def _chain(layout: str) -> list[onnx.NodeProto]:
+    """Nodes from ``X`` to ``C`` with a ``dml_onnx`` node as ``layout`` (:data:`LAYOUTS`)
+    says."""
+    if layout == "at the ends":
+        return [dml_onnx.lp_pooling("X", "C", **POOL)]
+    return [helper.make_node("Neg", ["X"], ["A"]),
+            dml_onnx.lp_pooling("A", "B", **POOL) if layout == "between" else
+            helper.make_node("Relu", ["A"], ["B"]), helper.make_node("Relu", ["B"], ["C"])]
 
 
 def _sessions(model: onnx.ModelProto, options=None):
@@ -48,14 +55,14 @@ def _same(got, want):
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("between", [False, True])
-def test_sequence_and_optional_graph_outputs(between):
+@pytest.mark.parametrize("layout", LAYOUTS[:2])
+def test_sequence_and_optional_graph_outputs(layout):
     sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT,
                                                                              None))
     optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT,
                                                                              None))
     model = dml_onnx.make_model(
-        [*_chain(between), helper.make_node("SequenceConstruct", ["C", "X"], ["S"]),
+        [*_chain(layout), helper.make_node("SequenceConstruct", ["C", "X"], ["S"]),
          helper.make_node("Optional", ["C"], ["O"])],
         [_value("X", shape=[1, 3, 5, 5])],
         [helper.make_value_info("S", sequence), helper.make_value_info("O", optional),
@@ -66,3 +73,20 @@ def test_sequence_and_optional_graph_outputs(between):
         [(o.name, o.type) for o in plain.get_outputs()]
     for names in (None, ["O", "S"]):
         _same(ours.run(names, {"X": X}), plain.run(names, {"X": X}))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_missing_inputs_raise_value_error_naming_them_before_anything_runs(layout, monkeypatch):
+    model = dml_onnx.make_model(
+        [*_chain(layout), helper.make_node("Neg", ["Y"], ["Z"])],
+        [_value("X", shape=[1, 3, 5, 5]), _value("Y", shape=[1])], [_value("C"), _value("Z")])
+    plain, ours = _sessions(model)
+    assert (ours._split is not None) == (layout == "between")
+    monkeypatch.setattr(hook, "_run_call", lambda *a: pytest.fail("a kernel ran"))
+    monkeypatch.setattr(segments, "_run_call", lambda *a: pytest.fail("a kernel ran"))
+    for feeds in ({}, {"Y": np.ones(1, np.float32)}, {"X": X}):
+        with pytest.raises(ValueError) as expected:
+            plain.run(None, feeds)
+        with pytest.raises(ValueError) as got:
+            ours.run(None, feeds)
+        assert str(got.value) == str(expected.value)
