@@ -100,9 +100,10 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     nothing: no ``dml_onnx`` node reads or writes a value between standard nodes (the PyOps
     then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct values), one sits in a
     subgraph or function, a graph input has an initializer (onnxruntime lets a feed override
-    it), the nodes are not in topological order, or a value between steps is not a tensor of
-    a known element type. Where kernels run first, a first segment of one ``Size`` node
-    checks the feed."""
+    it) or is a string tensor (the segments take their feeds as ``OrtValue`` tensors, which
+    onnxruntime makes of no string array), the nodes are not in topological order, or a value
+    between steps is not a tensor of a known element type. Where kernels run first, a first
+    segment of one ``Size`` node checks the feed."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input]
@@ -117,7 +118,8 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             or any(n.domain == DOMAIN for f in model.functions for n in walk_nodes(f))
             or initializers & set(inputs) or len(initializers) != len(graph.initializer)
             or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
-            or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))):
+            or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))
+            or any(v.type.tensor_type.elem_type == TensorProto.STRING for v in graph.input)):
         return None
     wiring = _Wiring(model, custom, held, elem_types, ranks)
     if not wiring.sorted:

@@ -90,3 +90,18 @@ def test_missing_inputs_raise_value_error_naming_them_before_anything_runs(layou
         with pytest.raises(ValueError) as got:
             ours.run(None, feeds)
         assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_string_graph_input_runs_as_in_onnxruntime(layout):
+    model = dml_onnx.make_model(
+        [*_chain(layout), helper.make_node("Identity", ["T"], ["U"]),
+         helper.make_node("Size", ["T"], ["N"])],
+        [_value("X", shape=[1, 3, 5, 5]), _value("T", TensorProto.STRING, [None])],
+        [_value("C"), _value("U", TensorProto.STRING), _value("N", TensorProto.INT64)])
+    plain, ours = _sessions(model)
+    for text in (np.array(["a", "bc"]), np.array(["a", "bc"], object), ["a", "bc"]):
+        got, want = ours.run(None, {"X": X, "T": text}), plain.run(None, {"X": X, "T": text})
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            (np.testing.assert_array_equal if w.dtype == object else _same)(g, w)
