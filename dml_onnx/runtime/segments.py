@@ -53,7 +53,7 @@ from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime import host_nodes
 from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
 from dml_onnx.runtime.rewrite import _plan_node
-from dml_onnx.runtime.weights import in_memory_files
+from dml_onnx.runtime.weights import in_memory_files, read_by_onnxruntime
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,10 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     its values as inferred), or ``None`` where split execution does not apply or gains
     nothing: no ``dml_onnx`` node reads or writes a value between standard nodes (the PyOps
     then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct values), one sits in a
-    subgraph or function, a graph input has an initializer (onnxruntime lets a feed override
+    subgraph or function, onnxruntime reads an initializer itself
+    (:func:`~dml_onnx.runtime.weights.read_by_onnxruntime`: its values may come from the
+    session options, whose external initializers each session must have, and no kernel can
+    read them), a graph input has an initializer (onnxruntime lets a feed override
     it) or is a string tensor (the segments take their feeds as ``OrtValue`` tensors, which
     onnxruntime makes of no string array), the nodes are not in topological order, or a value
     between steps is not a tensor of a known element type. Where kernels run first, a first
@@ -119,7 +122,8 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             or initializers & set(inputs) or len(initializers) != len(graph.initializer)
             or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))
-            or any(v.type.tensor_type.elem_type == TensorProto.STRING for v in graph.input)):
+            or any(v.type.tensor_type.elem_type == TensorProto.STRING for v in graph.input)
+            or any(read_by_onnxruntime(tensor) for tensor in graph.initializer)):
         return None
     wiring = _Wiring(model, custom, held, elem_types, ranks)
     if not wiring.sorted:

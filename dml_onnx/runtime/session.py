@@ -68,7 +68,8 @@ class InferenceSession:
         model, weights, (elem_types, ranks, steps) = read_without_weights(
             path_or_bytes, functools.partial(  # one session writes one optimized model
                 _prepared, strings=isinstance(path_or_bytes, onnx.ModelProto),
-                split_it=sess_options is None or not sess_options.optimized_model_filepath))
+                split_it=sess_options is None or not sess_options.optimized_model_filepath),
+            absent_left=sess_options is not None)  # the options may hold those values
         arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
                          provider_options=provider_options, **kwargs)
         self._threads = 0 if sess_options is None else sess_options.intra_op_num_threads  # 0: all

@@ -67,13 +67,15 @@ def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
 
 
 def read_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto,
-                         meanwhile: Callable[[onnx.ModelProto], _Result]
+                         meanwhile: Callable[[onnx.ModelProto], _Result], *,
+                         absent_left: bool = False
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], _Result]:
     """:func:`load_without_weights`, and what ``meanwhile(model)`` returns: it is called with
     the model (stubs and all) while the weights are read on other threads: a session's
     checks and split, in Python, then overlap the copies, in C, where there are cores to
     spare (none on the 2-core machine, where the reads already take both). What
-    ``meanwhile`` raises is raised once the reads have ended."""
+    ``meanwhile`` raises is raised once the reads have ended. ``absent_left``: external data
+    whose file is not there stays external (:func:`~dml_onnx.graphs.parse_model`)."""
     if isinstance(model, onnx.ModelProto):
         stubbed, arrays = _stub_weights(model, {})
         if stubbed is model:  # nothing to stub: a copy, which the caller's later edits miss
@@ -95,8 +97,10 @@ def read_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto,
             light, spans = _without_raw_weights(data)
         except (ValueError, IndexError):  # not protobuf wire format: parse_model says why
             whole = data.read(0, len(data)) if isinstance(data, _FileData) else bytes(data)
-            return _with_result(_stub_weights(parse_model(whole, what, path), {}), meanwhile)
-        proto = parse_model(light, what, path)
+            return _with_result(_stub_weights(parse_model(whole, what, path,
+                                                          absent_left=absent_left), {}),
+                                meanwhile)
+        proto = parse_model(light, what, path, absent_left=absent_left)
         arrays, reads = _take_values(proto.graph.initializer, spans, data)
         try:
             stubbed, arrays = _stub_weights(proto, arrays)
@@ -255,13 +259,25 @@ def _stub_weights(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
                 return tensor
         light = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims,
                             data_location=TensorProto.EXTERNAL)
-        light.external_data.add(key="location", value=f"dml_onnx:{tensor.name}")
+        light.external_data.add(key="location", value=f"{_STUB}{tensor.name}")
         return light
 
     unique = len({t.name for t in model.graph.initializer}) == len(model.graph.initializer)
     if not arrays and all(math.prod(t.dims) <= WEIGHT_ELEMENTS for t in model.graph.initializer):
         return model, arrays
     return with_initializers(model, stub), arrays
+
+
+_STUB = "dml_onnx:"
+"""How a stub's location starts: the session holds its values (:func:`_stub_weights`)."""
+
+
+def read_by_onnxruntime(tensor: TensorProto) -> bool:
+    """Whether ``tensor`` is external data other than a stub: onnxruntime reads its values
+    (from the session options or a file), and the session holds no array of them."""
+    return tensor.data_location == TensorProto.EXTERNAL and not any(
+        entry.key == "location" and entry.value.startswith(_STUB)
+        for entry in tensor.external_data)
 
 
 def in_memory_files(model: onnx.ModelProto, arrays: dict[str, np.ndarray]

@@ -105,3 +105,83 @@ def test_a_string_graph_input_runs_as_in_onnxruntime(layout):
         for g, w in zip(got, want):
             assert g.dtype == w.dtype
             (np.testing.assert_array_equal if w.dtype == object else _same)(g, w)
+
+
+def _external(name: str, dims: list[int]) -> TensorProto:
+    """An initializer whose values are external data in ``<name>.bin``, a file never written."""
+    tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims,
+                         data_location=TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value=f"{name}.bin")
+    return tensor
+
+
+def _supplying(how: str, values: dict[str, np.ndarray]) -> ort.SessionOptions:
+    """Options that hand ``values`` over as external initializers or as files in memory."""
+    options = ort.SessionOptions()
+    if how == "initializers":
+        options.add_external_initializers(
+            list(values), [ort.OrtValue.ortvalue_from_numpy(a) for a in values.values()])
+    elif how == "files in memory":
+        options.add_external_initializers_from_files_in_memory(
+            [f"{name}.bin" for name in values], [a.view(np.uint8) for a in values.values()],
+            [a.nbytes for a in values.values()])
+    return options
+
+
+def _from_options_agree(model, values, how, source, tmp_path):
+    """Plain onnxruntime and our session on ``model`` as ``source`` with ``values`` handed over
+    as ``how`` says: the same outputs, or the same error type; our session (``None`` where it
+    failed)."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)  # no .bin beside it
+    try:
+        ours = dml_onnx.InferenceSession({"path": path, "proto": model}[source],
+                                         _supplying(how, values))
+    except Exception as error:  # noqa: BLE001 - the same type as onnxruntime's, checked here
+        with pytest.raises(type(error)):
+            ort.InferenceSession(dml_onnx.with_functions(model).SerializeToString(),
+                                 _supplying(how, values), providers=["CPUExecutionProvider"])
+        return None
+    plain = ort.InferenceSession(dml_onnx.with_functions(model).SerializeToString(),
+                                 _supplying(how, values), providers=["CPUExecutionProvider"])
+    for got, want in zip(ours.run(None, {"X": X, "I": X}), plain.run(None, {"X": X, "I": X})):
+        _same(got, want)
+    return ours
+
+
+@pytest.mark.parametrize("source", ["path", "proto"])
+@pytest.mark.parametrize("how", ["initializers", "files in memory"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_weights_from_the_session_options_are_used(layout, how, source, tmp_path):
+    weight = np.arange(75, dtype=np.float32).reshape(1, 3, 5, 5) / 3
+    model = dml_onnx.make_model(
+        [helper.make_node("Add", ["I", "W"], ["D"]), *_chain(layout)],
+        [_value("X", shape=[1, 3, 5, 5]), _value("I", shape=[1, 3, 5, 5])],
+        [_value("C"), _value("D")], initializers=[_external("W", [1, 3, 5, 5])])
+    ours = _from_options_agree(model, {"W": weight}, how, source, tmp_path)
+    assert ours is not None and ours._split is None  # every segment would need them
+
+
+@pytest.mark.parametrize("how", ["initializers", "files in memory"])
+def test_a_kernel_reads_weights_from_the_session_options(how, tmp_path):
+    rois = np.array([[0, 0, 3, 3], [1, 1, 4, 4], [0.5, 0, 4, 2]], np.float32)
+    model = dml_onnx.make_model(
+        [helper.make_node("Neg", ["X"], ["A"]),
+         dml_onnx.roi_align1("A", "rois", "batch", "B", output_size=[2, 2],
+                             spatial_scale_x=1.0, spatial_scale_y=1.0),
+         helper.make_node("Relu", ["B"], ["C"]), helper.make_node("Neg", ["I"], ["D"])],
+        [_value("X", shape=[1, 3, 5, 5]), _value("I", shape=[1, 3, 5, 5])],
+        [_value("C"), _value("D")],
+        initializers=[_external("rois", [3, 4]),
+                      helper.make_tensor("batch", TensorProto.INT64, [3], [0, 0, 0])])
+    ours = _from_options_agree(model, {"rois": rois}, how, "path", tmp_path)
+    assert ours is not None
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_weights_neither_on_disk_nor_in_the_options_fail_as_in_onnxruntime(layout, tmp_path):
+    model = dml_onnx.make_model(
+        [helper.make_node("Add", ["I", "W"], ["D"]), *_chain(layout)],
+        [_value("X", shape=[1, 3, 5, 5]), _value("I", shape=[1, 3, 5, 5])],
+        [_value("C"), _value("D")], initializers=[_external("W", [1, 3, 5, 5])])
+    assert _from_options_agree(model, {"W": X}, "neither", "path", tmp_path) is None
