@@ -25,8 +25,10 @@ onnxruntime would copy or write out what is already there: a scatter (``ScatterN
 else reads, made by a kernel, by a host node or by a ``ConstantOfShape`` that only it reads
 (its value one number), where a kernel feeds it; that ``Expand`` and ``ConstantOfShape``;
 and a ``Cast`` of a host value to the type it has (that array, copied where another graph
-output has it). A host node runs at the highest of its
-producers' levels. These are
+output has it); each only where onnxruntime takes its input types
+(:func:`~dml_onnx.runtime.host_nodes.takes`), else it stays in its segment, which onnxruntime
+refuses when the session is created, as it refuses the model. A host node runs at the
+highest of its producers' levels. These are
 the raise's replacement of edge regions (in a segment, onnxruntime copied a fed array before
 it scattered into it: Faster R-CNN's four copies took 2.3-2.6 ms a run at 16 threads on the
 server, against 4 ms for the kernels) and torchvision's merge of its poolers' levels.
@@ -166,7 +168,7 @@ def _host_nodes(wiring: _Wiring) -> set[int]:
             return None
         node = graph.node[index]
         return index if node.domain in ("", "ai.onnx") and node.op_type == op_type and \
-            len(node.output) == 1 else None
+            len(node.output) == 1 and host_nodes.takes(node, wiring.elem_types) else None
 
     for index, node in enumerate(graph.node):
         if (custom[index] or node.domain not in ("", "ai.onnx") or len(node.output) != 1
@@ -192,7 +194,7 @@ def _host_nodes(wiring: _Wiring) -> set[int]:
                 source in on_host for source in sources)
         else:
             continue
-        if taken:
+        if taken and host_nodes.takes(node, wiring.elem_types):  # else onnxruntime refuses it
             chosen = [index, *(p for p in pulled if p is not None)]
             on_host.update(chosen)
             host.update(chosen)

@@ -5,6 +5,8 @@ levels must run on the host, write into one array, and leave the results unchang
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -14,9 +16,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx.runtime import host_nodes, segments
+from tests.runtime._adversarial import plain_session
 from tests.runtime.test_split_execution import (
     _fails_as_onnxruntime_and_goes_on,
     _one_session,
+    _scatter_after_kernel,
     _value,
 )
 
@@ -345,3 +349,70 @@ def test_graph_outputs_that_a_host_cast_gives_one_array_are_distinct_arrays():
     for k, array in enumerate(got):
         array[...] = -k - 1  # onnxruntime's are distinct buffers: each keeps its own write
     assert [float(array.flat[0]) for array in got] == [-k - 1.0 for k in range(len(got))]
+
+
+def _merge_of(rows, zeros_shape, expanded):
+    """RoiAlign1 -> ScatterElements into ``ConstantOfShape`` zeros along axis 0 at the
+    ``Expand``-ed rows -> Relu, with these initializers (their types chosen)."""
+    align = {"output_size": [2, 2], "spatial_scale_x": 1.0, "spatial_scale_y": 1.0}
+    nodes = [dml_onnx.roi_align1("X", "rois", "batch", "A", name="align", **align),
+             helper.make_node("ConstantOfShape", ["zeros_shape"], ["Z"], name="zeros"),
+             helper.make_node("Expand", ["rows", "expanded"], ["E"], name="expand"),
+             helper.make_node("ScatterElements", ["Z", "E", "A"], ["S"], axis=0, name="merge"),
+             helper.make_node("Relu", ["S"], ["Y"])]
+    return dml_onnx.make_model(
+        nodes, [_value("X", TensorProto.FLOAT, [1, 3, 6, 6])], [_value("Y")],
+        initializers=[numpy_helper.from_array(v, name) for name, v in {
+            "rois": np.array([[0, 0, 3, 3], [1, 1, 5, 5]], np.float32),
+            "batch": np.zeros(2, np.int64), "rows": rows.reshape(2, 1, 1, 1),
+            "zeros_shape": zeros_shape, "expanded": expanded}.items()])
+
+
+def _scatter_nd_of(indices, updates):
+    """:func:`_scatter_after_kernel`'s model with indices and updates of these types."""
+    model, _ = _scatter_after_kernel()
+    next(n for n in model.graph.node if n.op_type == "Cast").attribute[0].i = indices
+    model.graph.input[2].type.tensor_type.elem_type = updates
+    return model
+
+
+@pytest.mark.parametrize("model", [
+    _scatter_nd_of(TensorProto.INT32, TensorProto.FLOAT),
+    _scatter_nd_of(INT64, TensorProto.DOUBLE),
+    _merge_of(np.array([3, 0], np.int16), np.array([4, 3, 2, 2]), np.array([2, 3, 2, 2])),
+    _merge_of(np.array([3, 0]), np.array([4, 3, 2, 2], np.int32), np.array([2, 3, 2, 2])),
+    _merge_of(np.array([3, 0]), np.array([4, 3, 2, 2]), np.array([2, 3, 2, 2], np.int32))],
+    ids=["ScatterND int32 indices", "ScatterND double updates", "ScatterElements int16 indices",
+         "ConstantOfShape int32 shape", "Expand int32 shape"])
+def test_a_host_node_onnxruntime_refuses_is_refused_at_creation(model):
+    """A would-be host node whose input types onnxruntime refuses when it creates a session
+    stays in its segment: the session is refused there, with onnxruntime's error type, as
+    plain onnxruntime refuses the model (on the host it failed only in ``run()``)."""
+    with pytest.raises(Exception) as theirs:
+        plain_session(model)
+    with pytest.raises(Exception) as ours:
+        dml_onnx.InferenceSession(model)
+    assert type(ours.value) is type(theirs.value), (ours.value, theirs.value)
+
+
+@pytest.mark.parametrize("op_type", sorted(host_nodes._INPUT_TYPES))
+def test_the_host_node_types_are_types_onnxruntime_takes(op_type):
+    """Every element type :func:`host_nodes.takes` takes, onnxruntime takes in a session of
+    that node alone (opset 11 and 18): the table may be narrower, never wider."""
+    rules = host_nodes._INPUT_TYPES[op_type]
+    for opset in (11, 18):
+        for kinds in itertools.product(*(
+                [None] if isinstance(rule, int) else sorted(rule) for rule in rules)):
+            types = [kinds[rule] if isinstance(rule, int) else kind
+                     for kind, rule in zip(kinds, rules)]
+            names = [f"in{k}" for k in range(len(types))]
+            node = helper.make_node(op_type, names, ["out"], **(
+                {"to": types[0]} if op_type == "Cast" else {}))
+            assert host_nodes.takes(node, dict(zip(names, types)))
+            out = TensorProto.FLOAT if op_type == "ConstantOfShape" else types[0]
+            model = helper.make_model(helper.make_graph(
+                [node], "one", [helper.make_tensor_value_info(n, t, None)
+                                for n, t in zip(names, types)],
+                [helper.make_tensor_value_info("out", out, None)]),
+                ir_version=8, opset_imports=[helper.make_opsetid("", opset)])
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
