@@ -76,7 +76,7 @@ def test_the_first_failing_node_of_a_chain_is_reported():
     assert Y.shape == (1, 1, 4)
 
 
-def test_run_with_ort_values_and_run_async_work_and_io_binding_is_refused():
+def test_run_with_ort_values_run_async_and_io_binding_work():
     session = dml_onnx.InferenceSession(POOL)
     (want,) = session.run(None, {"X": X, "rois": ROIS})
     (got,) = session.run_with_ort_values(
@@ -99,9 +99,14 @@ def test_run_with_ort_values_and_run_async_work_and_io_binding_is_refused():
             assert np.array_equal(outputs[0], want)
         else:
             assert outputs is None and error.startswith("RoiPooling 'pool'")
-    for method in ("io_binding", "run_with_iobinding", "run_with_ortvaluevector"):
-        with pytest.raises(NotImplementedError, match="does not support I/O binding"):
-            getattr(session, method)()
+    binding = session.io_binding()
+    binding.bind_cpu_input("X", X)
+    binding.bind_cpu_input("rois", ROIS)
+    binding.bind_output("Y")
+    session.run_with_iobinding(binding)
+    assert np.array_equal(binding.copy_outputs_to_cpu()[0], want)
+    with pytest.raises(NotImplementedError, match="does not support run_with_ortvaluevector"):
+        session.run_with_ortvaluevector()
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["one session", "split"])
