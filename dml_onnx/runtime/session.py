@@ -32,8 +32,13 @@ from dml_onnx.runtime.weights import in_memory_files, read_without_weights
 _logger = logging.getLogger("dml_onnx")
 
 
-class InferenceSession:
+class InferenceSession(ort.InferenceSession):
     """``onnxruntime.InferenceSession`` for models with ``dml_onnx`` nodes.
+
+    It is an ``onnxruntime.InferenceSession`` (``isinstance`` says so) without being created
+    as one: code that takes either a model or a session dispatches on that check, and treated
+    this one as a model. Every public method is onnxruntime's API: :meth:`run` and its kin
+    are this class's, the rest read the (first) onnxruntime session, as attributes do.
 
     Takes a path, serialized bytes or a ModelProto and the constructor arguments of
     ``onnxruntime.InferenceSession``; ``run()`` has its signature. An invalid input of a
@@ -203,6 +208,12 @@ class InferenceSession:
 
     def end_profiling(self) -> str:
         return self._split.end_profiling() if self._split else self._session.end_profiling()
+
+    def set_providers(self, providers: Sequence[str | tuple[str, dict]] | None = None,
+                      provider_options: Sequence[dict] | None = None) -> None:
+        """The (first) onnxruntime session's: onnxruntime's own would recreate a session of
+        the model on this object, which nothing here runs."""
+        self._session.set_providers(providers, provider_options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
