@@ -186,9 +186,14 @@ class InferenceSession(ort.InferenceSession):
 
     def run_with_iobinding(self, iobinding: IOBinding,
                            run_options: ort.RunOptions | None = None) -> None:
-        """Run with the inputs and outputs bound to ``iobinding`` (of :meth:`io_binding`)."""
+        """Run with the inputs and outputs bound to ``iobinding`` (of :meth:`io_binding`).
+        A binding of another session raises what the installed onnxruntime raises: a
+        ``ValueError`` where its bindings know their session (its Python layer checks), else
+        the ``RuntimeError`` of its run (onnxruntime 1.28)."""
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
-            raise ValueError("IOBinding must be used with the session that created it.")
+            checks = hasattr(self._session.io_binding(), "_session")
+            raise (ValueError if checks else RuntimeError)(
+                "IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
 
     def run_with_ortvaluevector(self, *args: Any, **kwargs: Any) -> Any:
