@@ -16,8 +16,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dml_onnx._declare import declare_with_extension
+from dml_onnx._renamed import PACKAGE_RENAMED, warn_renamed
 
-if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
+if TYPE_CHECKING:  # the names _EXPORTS and _INTERNALS load lazily, for type checkers
     from custom_ops import KernelError as KernelError
     from custom_ops.limits import memory_limit as memory_limit
     from custom_ops.limits import set_memory_limit as set_memory_limit
@@ -26,15 +27,14 @@ if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
     from dml_onnx.builders import IR_VERSION as IR_VERSION
     from dml_onnx.builders import STANDARD_OPSET as STANDARD_OPSET
     from dml_onnx.builders import make_model as make_model
-    from dml_onnx.check import check_model as check_model
     from dml_onnx.check import model_problems as model_problems
     from dml_onnx.definition import DOMAIN as DOMAIN
     from dml_onnx.definition import DOMAIN_VERSION as DOMAIN_VERSION
-    from dml_onnx.definition import OPSET_VERSION as OPSET_VERSION
     from dml_onnx.definition import Example as Example
     from dml_onnx.definition import OpDefinition as OpDefinition
     from dml_onnx.form import NotEquivalent as NotEquivalent
     from dml_onnx.ops import BUILDERS as BUILDERS
+    from dml_onnx.ops import OP_TYPES as OP_TYPES
     from dml_onnx.ops import OPERATORS as OPERATORS
     from dml_onnx.ops import OPERATORS_BY_NAME as OPERATORS_BY_NAME
     from dml_onnx.raising import NotRaisable as NotRaisable
@@ -50,41 +50,58 @@ if TYPE_CHECKING:  # the names _EXPORTS loads lazily, for type checkers
     from dml_onnx.standard import lower_model as lower_model
     from dml_onnx.standard import with_functions as with_functions
 
-__version__ = "0.1.0"
-
 _EXPORTS = {
     "custom_ops": ("KernelError",),
     "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
     "dml_onnx.check": ("model_problems",),
-    "dml_onnx.definition": ("DOMAIN", "DOMAIN_VERSION", "Example", "OpDefinition"),
+    "dml_onnx.definition": ("DOMAIN", "DOMAIN_VERSION"),
     "dml_onnx.form": ("NotEquivalent",),
-    "dml_onnx.ops": ("BUILDERS", "OPERATORS", "OPERATORS_BY_NAME"),
+    "dml_onnx.ops": ("OP_TYPES",),
     "dml_onnx.raising": ("NotRaisable", "Raised", "raise_model"),
     "dml_onnx.reference": ("ReferenceEvaluator",),
     "dml_onnx.runtime": ("InferenceSession", "quiet_session_options", "to_runtime_model"),
     "dml_onnx.schemas": ("register_schemas",),
     "dml_onnx.standard": ("lower_model", "with_functions"),
 }
-"""Module -> the names it gives this package; the builders (``roi_pooling``, ``roi_align1``
-...: one per operator of the table) come from ``dml_onnx.ops.BUILDERS``."""
-_EARLIER_NAMES = {"check_model": "dml_onnx.check", "register_runtime_ops": "dml_onnx.runtime",
-                  "deregister_schemas": "dml_onnx.schemas", "OPSET_VERSION": "dml_onnx.definition"}
-"""Names still taken, outside ``__all__``: ``check_model`` is ``model_problems``,
-``OPSET_VERSION`` is ``DOMAIN_VERSION``; the binding
-registers its operators when it loads, and ``deregister_schemas`` is for tests."""
+"""Module -> the names of the user API it gives this package (``__all__``, with the builders
+``roi_pooling``, ``roi_align1`` ...: one per operator, from ``dml_onnx.ops.BUILDERS``)."""
+_INTERNALS = {"Example": "dml_onnx.definition", "OpDefinition": "dml_onnx.definition",
+              "BUILDERS": "dml_onnx.ops", "OPERATORS": "dml_onnx.ops",
+              "OPERATORS_BY_NAME": "dml_onnx.ops", "register_runtime_ops": "dml_onnx.runtime",
+              "deregister_schemas": "dml_onnx.schemas"}
+"""Names that load here too, outside ``__all__``: the operator table and its types (what the
+tests, tools and benchmarks read), ``register_runtime_ops`` (the binding registers its
+operators when it loads) and ``deregister_schemas`` (for tests)."""
 _MODULE_OF = {**{name: module for module, names in _EXPORTS.items() for name in names},
-              **_EARLIER_NAMES}
+              **_INTERNALS}
+
 
 def _builders() -> dict:
     return importlib.import_module("dml_onnx.ops").BUILDERS
 
 
+def _version() -> str:
+    """The installed distribution's version (its metadata: one source, ``pyproject.toml``)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("dml-onnx")
+    except metadata.PackageNotFoundError:  # imported from a source tree never installed
+        return "unknown"
+
+
 def __getattr__(name: str) -> Any:  # the builders are known only at run time
+    if name in PACKAGE_RENAMED:  # warns at every use: not kept in the module's namespace
+        module, new = PACKAGE_RENAMED[name]
+        warn_renamed(f"dml_onnx.{name}", f"dml_onnx.{new}")
+        return getattr(importlib.import_module(module), new)
     if name in _MODULE_OF:
         value = getattr(importlib.import_module(_MODULE_OF[name]), name)
     elif name == "__all__":
-        value = [*(n for n in _MODULE_OF if n not in _EARLIER_NAMES), *_builders()]
+        value = [*(n for n in _MODULE_OF if n not in _INTERNALS), *_builders()]
+    elif name == "__version__":
+        value = _version()
     elif not name.startswith("__") and name in _builders():
         value = _builders()[name]
     else:
@@ -93,8 +110,8 @@ def __getattr__(name: str) -> Any:  # the builders are known only at run time
     return value
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULE_OF, *_builders()})
+def __dir__() -> list[str]:  # the earlier names left out: listing them must not warn
+    return sorted({*globals(), *_MODULE_OF, *_builders(), "__all__", "__version__"})
 
 
 declare_with_extension()  # the kernels, for plain sessions: when onnxruntime-extensions loads

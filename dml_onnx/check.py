@@ -1,6 +1,6 @@
 """``dml-onnx check``: every problem of a model's ``dml_onnx`` nodes, without running it.
 
-:func:`model_problems` (also named :func:`check_model`, its earlier name) validates each
+:func:`model_problems` (``check_model``, its earlier name, warns) validates each
 ``dml_onnx`` node of the main graph the way the layers that load and run it do: the operator
 exists, inputs and outputs fit its signature, attributes have their types and valid values
 (:meth:`OpDefinition.check_node`), input element types fit the type constraints, shapes pass
@@ -13,10 +13,12 @@ need a run: :class:`dml_onnx.InferenceSession` reports those.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import onnx
 from onnx import helper
 
+from dml_onnx._renamed import renamed_attribute
 from dml_onnx.calls import output_memory_errors
 from dml_onnx.definition import DOMAIN, Shape, node_label
 from dml_onnx.graphs import element_types, load_model, structure_problems, without_weights
@@ -52,8 +54,8 @@ def model_problems(model: str | os.PathLike | bytes | onnx.ModelProto) -> list[s
     return problems
 
 
-check_model = model_problems
-"""The earlier name of :func:`model_problems` (it returns the problems; it raises nothing)."""
+def __getattr__(name: str) -> Any:  # the earlier names (check_model), with a warning
+    return renamed_attribute(__name__, name)
 
 
 def _shapes(graph: onnx.GraphProto) -> dict[str, Shape]:

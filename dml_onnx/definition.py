@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import math
 import operator
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeGuard, cast
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from custom_ops._checks import KernelError
+from dml_onnx._domain import DOMAIN as DOMAIN
+from dml_onnx._domain import DOMAIN_VERSION as DOMAIN_VERSION
+from dml_onnx._renamed import renamed_attribute
 from dml_onnx.form import StandardNode
 
-if TYPE_CHECKING:
-    pass
-
-DOMAIN = "dml_onnx"
-DOMAIN_VERSION = 1
-"""The version of the ``dml_onnx`` domain (its opset import), not of the standard opset."""
-OPSET_VERSION = DOMAIN_VERSION  # the earlier name
 RUNTIME_DOMAIN = "dml_onnx.runtime"
 """The onnxruntime binding's private domain (:func:`dml_onnx.to_runtime_model`)."""
 
@@ -235,6 +232,42 @@ class OpDefinition:
         return [a.name for a in self.attributes]
 
     # ----------------------------------------------------------------- builder
+    def builder_doc(self) -> str:
+        """The docstring of this operator's builder (``dml_onnx.lp_pooling`` ...), from this
+        definition alone: the summary, every input, output and attribute with its type,
+        default and meaning, so that it cannot drift from the operator. Google style (as
+        ``help()`` shows it and Sphinx's napoleon reads it); a ``|`` of the table's text is
+        escaped, which reStructuredText reads as a substitution."""
+        types = "; ".join(f"{name}: {', '.join(t[len('tensor('):-1] for t in allowed)}"
+                          for name, allowed in self.type_constraints.items())
+        paragraphs = [f"A ``{DOMAIN}::{self.name}`` node (domain version {DOMAIN_VERSION}): "
+                      f"{self.summary}",
+                      f"DirectML ``{self.dml_name}``; specification section "
+                      f"{self.spec_section}. Element types: {types}. An attribute left "
+                      "``None`` is left off the node and takes its default; an optional input "
+                      "or output given as ``None`` (or ``\"\"``) is omitted."]
+        arguments = []
+        for kind, parameters in (("input", self.inputs), ("output", self.outputs)):
+            for parameter in parameters:
+                optional = ", optional" if parameter.optional else ""
+                arguments.append(f"{parameter.name} (str{optional}): the name of the {kind} "
+                                 f"value, of type {parameter.type}: {parameter.doc}")
+        for attribute in self.attributes:
+            default = ("required" if attribute.required
+                       else f"default: {attribute.describe_default()}")
+            arguments.append(f"{attribute.name} ({BUILDER_ARGUMENT_TYPES[attribute.type]}, "
+                             f"{default}): {attribute.doc}")
+        arguments.append("name (str, optional): the node's name, which error messages quote.")
+        lines = [*_wrapped(paragraphs[0]), "", *_wrapped(paragraphs[1]), "", "Args:"]
+        for argument in arguments:
+            lines += _wrapped(argument, "    ", "        ")
+        lines += ["", "Returns:", "    onnx.NodeProto: the node, its attributes checked.", "",
+                  "Raises:", "    TypeError: an unknown attribute, or a value of the wrong type.",
+                  *_wrapped("dml_onnx.KernelError: (a ValueError) a value or combination the "
+                            "operator refuses, naming the operator, node, field and value.",
+                            "    ", "        ")]
+        return "\n".join(lines).replace("|", "\\|") + "\n"
+
     def make_node(self, inputs: Sequence[str], outputs: Sequence[str], *, name: str | None = None,
                   **attributes: Any) -> NodeProto:
         """A node of this operator; attributes left ``None`` are omitted (their default)."""
@@ -341,6 +374,19 @@ def attribute_value(proto: AttributeProto) -> Any:
     return helper.get_attribute_value(proto)
 
 
+BUILDER_ARGUMENT_TYPES = {"ints": "Sequence[int]", "int": "int", "float": "float",
+                          "string": "str"}
+"""The Python type a builder takes for each attribute type (its annotation, ``| None`` where
+the attribute is optional)."""
+
+
+def _wrapped(text: str, first: str = "", rest: str = "") -> list[str]:
+    """``text`` in lines of at most 92 characters, the first indented by ``first``, the others
+    by ``rest``."""
+    return textwrap.wrap(text, 92, initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False)
+
+
 _BUILDER_TYPES = {"ints": "a list of int64 values", "float": "a float", "int": "an int64 value",
                   "string": "a string"}
 
@@ -388,3 +434,7 @@ def known(dim: Dim) -> TypeGuard[int]:
 def product(dims: Sequence[Dim]) -> Dim:
     """The product of dims, or None when one is not known."""
     return math.prod(cast(Sequence[int], dims)) if all(known(d) for d in dims) else None
+
+
+def __getattr__(name: str) -> Any:  # the earlier names (OPSET_VERSION), with a warning
+    return renamed_attribute(__name__, name)

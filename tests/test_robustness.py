@@ -92,7 +92,8 @@ def test_check_model_and_command(case, tmp_path, capsys):
     model = case.static_model()
     with limited(case):
         problems = dml_onnx.model_problems(model)
-        assert dml_onnx.check_model(model) == problems  # the earlier name
+        with pytest.warns(DeprecationWarning, match="use dml_onnx.model_problems"):
+            assert dml_onnx.check_model(model) == problems  # the earlier name
         assert any(all(part in p for part in case.expected(CHECK)) for p in problems), problems
         path = tmp_path / "model.onnx"
         onnx.save(model, path)
@@ -125,7 +126,7 @@ def test_valid_models_have_no_problems(tmp_path, capsys):
         case = BadInput("valid", definition.name, "", "", frozenset(),
                         attributes=example.attributes, outputs=example.outputs,
                         inputs=dict(zip((p.name for p in definition.inputs), example.inputs)))
-        assert dml_onnx.check_model(case.static_model()) == []
+        assert dml_onnx.model_problems(case.static_model()) == []
         path = tmp_path / f"{definition.name}.onnx"
         onnx.save(case.static_model(), path)
         assert cli.main(["check", str(path)]) == 0
@@ -158,12 +159,12 @@ def test_check_follows_shapes_through_the_graph_and_reports_every_node(restore_l
                 helper.make_tensor_value_info("rois", onnx.TensorProto.FLOAT, ["R", 5])],
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
          for n in ("columns", "bad", "pooled3")])
-    assert dml_onnx.check_model(model) == [  # R is not known: im2col's size is not either
+    assert dml_onnx.model_problems(model) == [  # R is not known: im2col's size is not either
         "Unfold '<producing bad>': window_sizes[0] 0 is below 1",
         "LpPooling '<producing pooled3>': X rank 3 is not 4 (the attributes have 2 spatial "
         "values)"]
     model.graph.input[2].type.tensor_type.shape.dim[0].dim_value = 3  # now R is known
-    problems = dml_onnx.check_model(model)
+    problems = dml_onnx.model_problems(model)
     assert len(problems) == 3
     assert problems[0].startswith("Unfold 'im2col': output Y [3, 10000, 811801] of float32 "
                                   "needs 97416120000 bytes, above the memory limit of "
@@ -176,7 +177,8 @@ def test_check_reports_the_opset_and_nodes_in_subgraphs():
     model = case.static_model()
     del model.opset_import[:]
     model.opset_import.extend([helper.make_opsetid("", 18), helper.make_opsetid("dml_onnx", 2)])
-    assert dml_onnx.check_model(model)[0] == "model: opset import dml_onnx version 2 is not 1"
+    assert dml_onnx.model_problems(model)[0] == \
+        "model: opset import dml_onnx version 2 is not 1"
     branch = helper.make_graph([dml_onnx.unfold("X", "Y", window_sizes=[1], name="inner")],
                                "branch", [], [helper.make_tensor_value_info("Y", 1, None)])
     model = dml_onnx.make_model(
@@ -184,7 +186,7 @@ def test_check_reports_the_opset_and_nodes_in_subgraphs():
                           name="if")],
         [helper.make_tensor_value_info(n, t, [1, 1, 2]) for n, t in (("X", 1), ("c", 9))],
         [helper.make_tensor_value_info("Y", 1, None)])
-    assert dml_onnx.check_model(model) == [
+    assert dml_onnx.model_problems(model) == [
         "Unfold 'inner': dml_onnx nodes inside a subgraph (If node 'if') are not supported "
         "by dml_onnx"]
 
@@ -192,9 +194,9 @@ def test_check_reports_the_opset_and_nodes_in_subgraphs():
 def test_check_reports_an_unreadable_model(tmp_path):
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"not a model")
-    (problem,) = dml_onnx.check_model(path)
+    (problem,) = dml_onnx.model_problems(path)
     assert problem.startswith("model: cannot be read as ONNX")
-    assert dml_onnx.check_model(tmp_path / "missing.onnx")[0].startswith("model: cannot be read")
+    assert dml_onnx.model_problems(tmp_path / "missing.onnx")[0].startswith("model: cannot be read")
 
 
 # --------------------------------------------------------------------------------- child process
@@ -271,7 +273,7 @@ def test_huge_but_empty_work_finishes(restore_limit):
     model = dml_onnx.make_model(
         [node], [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
         [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)])
-    assert dml_onnx.check_model(model) == []
+    assert dml_onnx.model_problems(model) == []
     (Y,) = dml_onnx.InferenceSession(model).run(None, {"X": np.zeros((0, 10 ** 12, 1),
                                                                      np.float32)})
     assert Y.shape == (0, 1, *window)

@@ -2,7 +2,8 @@
 
 Each entry is the operator's module in this package: its ``DEFINITION`` and its builder, a
 function named like the module, whose keywords spell the attributes for users and which hands
-its arguments to :meth:`~dml_onnx.definition.OpDefinition.build`.
+its arguments to :meth:`~dml_onnx.definition.OpDefinition.build`. The builder's docstring is
+written here from the definition (:meth:`~dml_onnx.definition.OpDefinition.builder_doc`).
 """
 
 from __future__ import annotations
@@ -21,3 +22,8 @@ OPERATORS_BY_NAME: dict[str, OpDefinition] = {d.name: d for d in OPERATORS}
 BUILDERS: dict[str, Callable[..., NodeProto]] = {
     name: getattr(m, name) for m in _MODULES for name in [m.__name__.rpartition(".")[2]]}
 """Builder functions by name (``roi_pooling`` ...), exported by ``dml_onnx``."""
+OP_TYPES: tuple[str, ...] = tuple(OPERATORS_BY_NAME)
+"""The op types of the ``dml_onnx`` domain (``"RoiPooling"`` ...), in the table's order."""
+
+for _module in _MODULES:
+    BUILDERS[_module.__name__.rpartition(".")[2]].__doc__ = _module.DEFINITION.builder_doc()

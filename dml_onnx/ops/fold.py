@@ -167,5 +167,6 @@ def fold(X: str, Y: str, *, window_sizes: Sequence[int], output_size: Sequence[i
          strides: Sequence[int] | None = None, dilations: Sequence[int] | None = None,
          start_padding: Sequence[int] | None = None, end_padding: Sequence[int] | None = None,
          name: str | None = None) -> NodeProto:
-    """A ``Fold`` node; attributes left ``None`` take the spec default."""
+    """A ``Fold`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

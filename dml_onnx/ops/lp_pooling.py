@@ -95,5 +95,6 @@ def lp_pooling(X: str, Y: str, *, window_size: Sequence[int],
                start_padding: Sequence[int] | None = None,
                end_padding: Sequence[int] | None = None, p: int | None = None,
                name: str | None = None) -> NodeProto:
-    """An ``LpPooling`` node; attributes left ``None`` take the spec default."""
+    """An ``LpPooling`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -140,5 +140,6 @@ def roi_align1(X: str, rois: str, batch_indices: str, Y: str, *, output_size: Se
                maximum_samples_per_output: int | None = None,
                align_regions_to_corners: int | None = None,
                name: str | None = None) -> NodeProto:
-    """A ``RoiAlign1`` node; attributes left ``None`` take the spec default."""
+    """A ``RoiAlign1`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -209,5 +209,6 @@ def roi_align_grad(X: str | None, dY: str, rois: str, batch_indices: str, dX: st
                    align_regions_to_corners: int | None = None,
                    input_shape: Sequence[int] | None = None,
                    name: str | None = None) -> NodeProto:
-    """A ``RoiAlignGrad`` node; ``X``, ``dX`` or ``drois`` may be ``None`` (omitted)."""
+    """A ``RoiAlignGrad`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -183,5 +183,6 @@ DEFINITION = OpDefinition(
 
 def roi_pooling(X: str, rois: str, Y: str, *, pooled_size: Sequence[int],
                 spatial_scale: float | None = None, name: str | None = None) -> NodeProto:
-    """A ``RoiPooling`` node; attributes left ``None`` take the spec default."""
+    """A ``RoiPooling`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -114,5 +114,6 @@ DEFINITION = OpDefinition(
 def unfold(X: str, Y: str, *, window_sizes: Sequence[int], strides: Sequence[int] | None = None,
            dilations: Sequence[int] | None = None, start_padding: Sequence[int] | None = None,
            end_padding: Sequence[int] | None = None, name: str | None = None) -> NodeProto:
-    """An ``Unfold`` node; attributes left ``None`` take the spec default."""
+    """An ``Unfold`` node (the full docstring, written from ``DEFINITION``: see
+    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -7,7 +7,7 @@ operator with a few things changed) and the layers a user would meet the problem
 
 - ``BUILD``: the graph builder (``dml_onnx.roi_pooling(...)``) with the case's attributes;
 - ``CHECKER``: ``onnx.checker.check_model(full_check=True)`` with the domain's schemas;
-- ``CHECK``: ``dml_onnx.check_model`` / ``dml-onnx check``;
+- ``CHECK``: ``dml_onnx.model_problems`` / ``dml-onnx check``;
 - ``LOAD``: ``dml_onnx.InferenceSession(model)`` over the model with static shapes;
 - ``RUN``: ``InferenceSession.run`` (inputs declared without shapes, so the model loads) and
   the plain onnxruntime session of the README.
