@@ -26,6 +26,7 @@ import onnx
 import torch
 from torch.onnx import symbolic_helper
 
+from dml_onnx._renamed import warn_renamed
 from dml_onnx.definition import DOMAIN, DOMAIN_VERSION, OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising import raise_model
@@ -256,9 +257,11 @@ def export(model: torch.nn.Module, args: Any, f: str | os.PathLike | None = None
     Every standard node that could not be raised, and every ``lp_pool`` that is not
     ``LpPooling``, stays as torch writes it, with a warning naming the reason.
     ``positive_rois`` is :func:`raise_model`'s; ``opset_version``, ``input_names`` and
-    ``output_names`` are torch's (``opset``: the earlier name of ``opset_version``).
+    ``output_names`` are torch's (``opset``: the earlier name of ``opset_version``, which
+    warns with ``DeprecationWarning``).
     """
     if opset is not None:
+        warn_renamed("dml_onnx.torch.export(opset=...)", "opset_version=...")
         opset_version = opset
     arguments = args if isinstance(args, tuple) else (args,)
     buffer = io.BytesIO()

@@ -97,7 +97,10 @@ def test_export_needs_an_opset_with_the_standard_forms():
     # the regions with a sample on an image edge from RoiAlign itself, by ScatterND)
     model = dt.export(_Align(), (image, boxes), opset_version=16)
     op_types = [n.op_type for n in model.graph.node]
-    earlier_name = dt.export(_Align(), (image, boxes), opset=16)
+    with pytest.warns(DeprecationWarning, match=r"export\(opset=\.\.\.\) is deprecated.*"
+                                                r"use opset_version=") as caught:
+        earlier_name = dt.export(_Align(), (image, boxes), opset=16)
+    assert caught[0].filename == __file__  # it points at the caller
     assert [n.op_type for n in earlier_name.graph.node] == op_types
     assert earlier_name.opset_import == model.opset_import
     assert not unraised_roi_aligns(model) and "RoiAlign1" in op_types
