@@ -4,14 +4,19 @@ takes the parsed arguments and returns the exit status."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 
 from dml_onnx import conformance, docs
 from dml_onnx.check import model_problems
+from dml_onnx.cli import MEASUREMENTS, MODELS
 from dml_onnx.conformance import directml_ep, probes
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import load_model, save_model, write_file
@@ -20,9 +25,44 @@ from dml_onnx.standard import lower_model
 
 
 def conformance_export(args: argparse.Namespace) -> int:
-    folders = conformance.export_suite(args.directory)
-    print(f"wrote {len(folders)} conformance cases to {args.directory}")
+    directory = args.directory or MODELS
+    folders = conformance.export_suite(directory)
+    print(f"wrote {len(folders)} conformance cases to {directory}")
     return 0
+
+
+def _holds(folder: Path, patterns: tuple[str, ...]) -> bool:
+    return any(any(folder.glob(pattern)) for pattern in patterns)
+
+
+@contextlib.contextmanager
+def _cases(directory: Path | None, patterns: tuple[str, ...], what: str
+           ) -> Iterator[Path | None]:
+    """The folder of exported cases a command reads (``patterns``: globs of its cases).
+
+    ``directory`` as given, or None where it holds none (said on stderr, with the command
+    that writes them). Without one: :data:`~dml_onnx.cli.MODELS`, or, where that holds none
+    (an installed wheel ships no cases, since they are written from the package itself), the
+    suite exported afresh to a temporary folder, said on stderr, removed afterwards."""
+    if directory is None and not _holds(MODELS, patterns):
+        print(f"dml-onnx conformance: no {what} in ./{MODELS} (the installed package ships "
+              "none): exporting the suite to a temporary folder first (a few seconds; "
+              f"`dml-onnx conformance export {MODELS}` keeps a copy)", file=sys.stderr,
+              flush=True)
+        with tempfile.TemporaryDirectory(prefix="dml_onnx_conformance_") as temporary:
+            start = time.perf_counter()
+            folders = conformance.export_suite(temporary)
+            print(f"dml-onnx conformance: exported {len(folders)} cases in "
+                  f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+            yield Path(temporary)
+        return
+    folder = directory or MODELS
+    if _holds(folder, patterns):
+        yield folder
+        return
+    print(f"no {what} ({' or '.join(patterns)}) in {folder}: write them first with "
+          f"`dml-onnx conformance export {folder}`", file=sys.stderr)
+    yield None
 
 
 def _import_runtime_without_torch() -> None:
@@ -38,10 +78,11 @@ def _import_runtime_without_torch() -> None:
 
 
 def conformance_run(args: argparse.Namespace) -> int:
-    if not any(args.directory.glob("test_*")):
-        print(f"no conformance cases (test_*) in {args.directory}", file=sys.stderr)
-        return 2
+    with _cases(args.directory, ("test_*",), "conformance cases") as directory:
+        return 2 if directory is None else _run_cases(args, directory)
 
+
+def _run_cases(args: argparse.Namespace, directory: Path) -> int:
     def progress(done: int, total: int, outcome: conformance.Outcome) -> None:
         status = "ok" if outcome.passed else "FAILED"
         if not args.quiet or not outcome.passed:
@@ -50,7 +91,7 @@ def conformance_run(args: argparse.Namespace) -> int:
 
     if args.runtime == "onnxruntime":
         _import_runtime_without_torch()
-    outcomes = conformance.run_suite(args.directory, providers=args.providers,
+    outcomes = conformance.run_suite(directory, providers=args.providers,
                                      runtime=args.runtime, progress=progress)
     failed = [o for o in outcomes if not o.passed]
     for outcome in failed:
@@ -67,11 +108,14 @@ def conformance_run(args: argparse.Namespace) -> int:
 
 
 def conformance_probe(args: argparse.Namespace) -> int:
-    folder = args.directory / conformance.PROBES
-    folder = folder if folder.is_dir() else args.directory
-    if not any(folder.glob("test_probe_*")):
-        print(f"no probes (test_probe_*) in {folder}", file=sys.stderr)
-        return 2
+    with _cases(args.directory, (f"{conformance.PROBES}/test_probe_*", "test_probe_*"),
+                "probes") as directory:
+        return 2 if directory is None else _run_probes(args, directory)
+
+
+def _run_probes(args: argparse.Namespace, directory: Path) -> int:
+    folder = directory / conformance.PROBES
+    folder = folder if folder.is_dir() else directory
     conformance.check_providers(args.providers)
     findings = [f for provider in args.providers for f in probes.run_probes(folder, provider)]
     print(probes.report(findings))
@@ -84,13 +128,30 @@ def conformance_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+_NO_MEASUREMENTS = (
+    "the measurements of the real DirectML are not in the installed package (they would make "
+    f"the wheel several times larger): they are in {MEASUREMENTS.as_posix()} of the project's "
+    f"source repository; from a checkout of it, run `dml-onnx conformance directml "
+    f"{MEASUREMENTS.as_posix()}`")
+
+
 def conformance_directml(args: argparse.Namespace) -> int:
     from dml_onnx import directml
 
+    files = args.files or ([MEASUREMENTS] if MEASUREMENTS.is_dir() else [])
+    if not files:
+        print(f"no measurement files given, and no ./{MEASUREMENTS.as_posix()}: "
+              f"{_NO_MEASUREMENTS}", file=sys.stderr)
+        return 2
+    missing = [path for path in files if not path.exists()]
+    if missing:
+        hint = f"; {_NO_MEASUREMENTS}" if missing[0].parts[-2:] == MEASUREMENTS.parts else ""
+        print(f"{missing[0]}: no such file or folder{hint}", file=sys.stderr)
+        return 2
     if args.runtime == "onnxruntime":
         _import_runtime_without_torch()
-    outcomes = directml.check_files(args.files, args.runtime)
-    for case in directml.measured_cases(args.files):
+    outcomes = directml.check_files(files, args.runtime)
+    for case in directml.measured_cases(files):
         reason = directml.open_reason(case)
         if reason is not None:
             print(f"{case['id']} ({case['operator']}) left out, {reason}")
