@@ -328,6 +328,16 @@ def nested_graphs(graph: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.
         yield from subgraphs(node)
 
 
+MISSING_DOMAIN_IMPORT = (
+    f"no opset import of the {DOMAIN} domain, which its nodes use: add "
+    f"onnx.helper.make_opsetid('{DOMAIN}', {DOMAIN_VERSION}) to the model's opset imports "
+    f"(onnx.helper.make_model(..., opset_imports=[..., onnx.helper.make_opsetid('{DOMAIN}', "
+    f"{DOMAIN_VERSION})]), or model.opset_import.append(...)), or build the model with "
+    "dml_onnx.make_model, which imports it")
+"""What is wrong with a model whose ``dml_onnx`` nodes the model does not import (as
+``onnx.helper.make_model`` makes it without ``opset_imports``), and how to fix it."""
+
+
 def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = True,
                        schemas: bool = True) -> list[str]:
     """What the model holds that ``what`` (the tool) refuses, whatever its nodes' attributes:
@@ -343,10 +353,12 @@ def structure_problems(model: onnx.ModelProto, what: str, *, strings: bool = Tru
         return [f"model: {error}"]  # the rest reads those strings
     problems = []
     versions = {o.domain: o.version for o in model.opset_import}
-    if any(node.domain == DOMAIN for node in model.graph.node) and \
-            versions.get(DOMAIN) != DOMAIN_VERSION:
-        problems.append(f"model: opset import {DOMAIN} version {versions.get(DOMAIN)} is not "
-                        f"{DOMAIN_VERSION}")
+    if any(node.domain == DOMAIN for node in model.graph.node):
+        if DOMAIN not in versions:
+            problems.append(f"model: {MISSING_DOMAIN_IMPORT}")
+        elif versions[DOMAIN] != DOMAIN_VERSION:
+            problems.append(f"model: opset import {DOMAIN} version {versions[DOMAIN]} is not "
+                            f"{DOMAIN_VERSION}")
 
     standard = versions.get("", versions.get("ai.onnx")) if schemas else None
 

@@ -13,7 +13,7 @@ from onnx.reference.op_run import OpRun
 
 from dml_onnx import calls
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import load_model
+from dml_onnx.graphs import MISSING_DOMAIN_IMPORT, load_model
 from dml_onnx.ops import OPERATORS
 from dml_onnx.schemas import op_schema
 
@@ -55,6 +55,10 @@ class ReferenceEvaluator(_OnnxReferenceEvaluator):
         # onnx's parameters in onnx's order: any of them may come by position
         if isinstance(proto, (str, bytes, os.PathLike)):
             proto = load_model(proto)
+        if (isinstance(proto, onnx.ModelProto)
+                and all(o.domain != DOMAIN for o in proto.opset_import)
+                and any(node.domain == DOMAIN for node in proto.graph.node)):
+            raise RuntimeError(MISSING_DOMAIN_IMPORT)  # the error onnx raises, with the fix
         if isinstance(proto, onnx.ModelProto) and any(f.domain == DOMAIN
                                                       for f in proto.functions):
             stripped = onnx.ModelProto()

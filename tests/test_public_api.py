@@ -1,7 +1,8 @@
 """The package's public face: ``__all__`` is the user API (the internals load but stay out of
 it), every builder's docstring is written from its operator's definition, the earlier names
-still work and warn with ``DeprecationWarning`` naming the new one, and ``__version__`` is the
-installed distribution's."""
+still work and warn with ``DeprecationWarning`` naming the new one, ``__version__`` is the
+installed distribution's, and a model without the domain's opset import is told how to add
+it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import re
 import warnings
 from importlib import metadata
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import dml_onnx
 from dml_onnx import check, definition
 from dml_onnx.builders import snake
+from dml_onnx.cli import main
 from dml_onnx.definition import BUILDER_ARGUMENT_TYPES
 
 USER_API = {
@@ -116,3 +121,41 @@ def test_builder_docstring_is_written_from_the_definition(definition):
         assert " ".join(attribute.doc.split()) in entry
         annotation = signature[attribute.name].annotation
         assert annotation == (python_type if attribute.required else f"{python_type} | None")
+
+
+def _without_domain_import() -> onnx.ModelProto:
+    """A model as ``onnx.helper.make_model`` makes it without ``opset_imports``: the default
+    domain's import alone."""
+    graph = helper.make_graph([dml_onnx.unfold("X", "Y", window_sizes=[1, 1], name="u")], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, ir_version=dml_onnx.IR_VERSION)
+    assert [o.domain for o in model.opset_import] == [""]
+    return model
+
+
+FIX = ("no opset import of the dml_onnx domain, which its nodes use: add "
+       "onnx.helper.make_opsetid('dml_onnx', 1) to the model's opset imports")
+
+
+def test_a_model_without_the_domain_import_is_told_how_to_fix_it(tmp_path, capsys):
+    model = _without_domain_import()
+    for make in (dml_onnx.InferenceSession, dml_onnx.to_runtime_model, dml_onnx.lower_model,
+                 dml_onnx.with_functions, dml_onnx.raise_model):
+        with pytest.raises(ValueError, match=re.escape(f"model: {FIX}")):
+            make(model)
+    with pytest.raises(RuntimeError, match=re.escape(FIX)):  # as onnx's own evaluator raises
+        dml_onnx.ReferenceEvaluator(model)
+    (problem,) = dml_onnx.model_problems(model)
+    assert problem.startswith(f"model: {FIX}") and "dml_onnx.make_model" in problem
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    assert main(["check", str(path)]) == 1
+    assert FIX in capsys.readouterr().out
+    # the fix it names works
+    model.opset_import.append(helper.make_opsetid(dml_onnx.DOMAIN, dml_onnx.DOMAIN_VERSION))
+    X = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    (Y,) = dml_onnx.InferenceSession(model).run(None, {"X": X})
+    assert np.array_equal(Y, X.reshape(1, 1, 4))
+    assert dml_onnx.model_problems(model) == []
+
