@@ -14,6 +14,9 @@ cache), the caller compiles it itself, as numba does.
 
 The process runs :func:`serve`: pickled requests ``(module, name, signature)`` on stdin, each
 answered on stdout with ``None`` (compiled and cached) or the error's text.
+
+The first cold compilation of each operator's loops in a process says so, once, with a
+:class:`CompilingWarning` (:func:`announce`): seconds without a word looked like a hang.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
+from types import FrameType
 from typing import IO, Any, NamedTuple
 
 from custom_ops._checks import KernelError
@@ -103,13 +108,86 @@ _running: _CompilerProcess | None = None
 _serving = False  # True in the compiler process itself
 
 
+class CompilingWarning(UserWarning):
+    """Said once per operator and process when its kernel's loops are not in numba's on-disk
+    cache and are compiled for this machine (seconds; later processes load them from the
+    cache). A warning rather than a log record: it shows on stderr without any set-up, as
+    onnxruntime's own warnings do, where an INFO record would stay silent unless the
+    application configured logging; ``warnings.filterwarnings("ignore",
+    category=dml_onnx.CompilingWarning)`` silences it."""
+
+
+COMPILE_SECONDS = "a few seconds to half a minute"
+"""How long an operator's first compilation takes: 2-13 s per operator measured on a 2-core
+machine (Fold 2.3 s, RoiAlign1 3.9 s, the layout loops the ROI kernels share 12.4 s), 25 s for
+the first run of a Faster R-CNN."""
+_announced: set[str] = set()
+_announcing = threading.Lock()
+
+
+def announce() -> None:
+    """Say, once per operator and process, that its kernel's loops compile now (a loop is not
+    in the cache). Filters that make warnings errors must not fail a kernel for a notice: the
+    warning is dropped there."""
+    operator = _operator()
+    with _announcing:
+        if operator in _announced:
+            return
+        _announced.add(operator)
+    what = f"the {operator} kernel's loops" if operator else "the kernels' loops"
+    with contextlib.suppress(Warning):
+        warnings.warn(f"dml_onnx: compiling {what} for this machine ({COMPILE_SECONDS}, once: "
+                      "numba keeps them in its on-disk cache for later processes) ...",
+                      CompilingWarning, stacklevel=_caller_level())
+
+
+_INTERNAL = ("custom_ops", "dml_onnx", "numba", "llvmlite", "onnxruntime", "importlib",
+             "threading", "concurrent", "contextlib", "functools")
+"""The packages between the application's call and a compilation."""
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the application's frame that led to this compilation (its
+    ``session.run(...)`` or kernel call), so that the warning names that line as warnings
+    do; 2 (:func:`announce`'s caller) where there is none on this thread."""
+    frame: FrameType | None = sys._getframe(2)  # announce's caller
+    level = 2
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).split(".")[0] not in _INTERNAL:
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
+
+
+def _operator() -> str:
+    """The operator whose kernel is running: the ``OP`` of the first kernel module
+    (``custom_ops.<op>``) on this thread's stack, else on another thread's (a loop module that
+    a kernel asked for compiles as it loads, on a helper thread, while the kernel waits); ""
+    where none is found."""
+    this = threading.get_ident()
+    stacks = [sys._getframe(1), *(frame for ident, frame in sys._current_frames().items()
+                                   if ident != this)]
+    for top in stacks:
+        frame: FrameType | None = top
+        while frame is not None:
+            name, operator = frame.f_globals.get("__name__", ""), frame.f_globals.get("OP")
+            if (isinstance(operator, str) and name.startswith("custom_ops.")
+                    and not name.rpartition(".")[2].startswith("_")):
+                return operator
+            frame = frame.f_back
+    return ""
+
+
 def compile_aside(function: Any, signature: Any) -> bool:
     """Compile the loop ``function`` (a module-level function of a loop module, by its
     ``py_func``) for ``signature`` into numba's cache in the compiler process: True once it is
     there, False where the caller is to compile it itself. Raises :class:`KernelError` where
     the compiler process died (most often for memory); the next call starts another."""
-    if (_serving or not sys.executable or getattr(sys, "frozen", False)  # a bundled app's
-            or "<locals>" in function.__qualname__):  # executable would start the app itself
+    if _serving:
+        return False
+    announce()
+    if (not sys.executable or getattr(sys, "frozen", False)  # a bundled app's executable
+            or "<locals>" in function.__qualname__):  # would start the app itself
         return False
     request = (function.__module__, function.__qualname__, signature)
     with _lock:

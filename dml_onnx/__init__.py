@@ -20,6 +20,7 @@ from dml_onnx._renamed import PACKAGE_RENAMED, warn_renamed
 
 if TYPE_CHECKING:  # the names _EXPORTS and _INTERNALS load lazily, for type checkers
     from custom_ops import KernelError as KernelError
+    from custom_ops._compiler_process import CompilingWarning as CompilingWarning
     from custom_ops.limits import memory_limit as memory_limit
     from custom_ops.limits import set_memory_limit as set_memory_limit
     from custom_ops.limits import set_work_limit as set_work_limit
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # the names _EXPORTS and _INTERNALS load lazily, for type che
 
 _EXPORTS = {
     "custom_ops": ("KernelError",),
+    "custom_ops._compiler_process": ("CompilingWarning",),
     "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
     "dml_onnx.check": ("model_problems",),

@@ -32,8 +32,8 @@ USER_API = {
     # checking and converting them
     "model_problems", "raise_model", "Raised", "lower_model", "with_functions",
     "to_runtime_model",
-    # errors
-    "KernelError", "NotRaisable", "NotEquivalent",
+    # errors and warnings
+    "KernelError", "NotRaisable", "NotEquivalent", "CompilingWarning",
 }
 """The user API besides the builders: a name added to or taken from ``__all__`` is a decision,
 made here too."""

@@ -187,7 +187,7 @@ def test_every_name_of_the_package_loads_on_first_use(python_child):
             "print(len(names))\n")
     done = python_child(code)
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout) == 23 + len(dml_onnx.OPERATORS)  # the user API: see test_public_api
+    assert int(done.stdout) == 24 + len(dml_onnx.OPERATORS)  # the user API: see test_public_api
     assert not hasattr(dml_onnx, "no_such_name")
 
 
