@@ -1,8 +1,12 @@
 """dml_onnx: the DirectML operators ROI_POOLING, ROI_ALIGN1, ROI_ALIGN_GRAD, LP_POOLING, UNFOLD
 and FOLD as the ONNX custom domain ``dml_onnx``, with exact numpy kernels run in onnxruntime.
 
-Start with :func:`register_schemas`, the builders (``dml_onnx.lp_pooling`` ...) and
-:func:`make_model`; run models with :class:`InferenceSession` or :class:`ReferenceEvaluator`.
+Start with the builders (``dml_onnx.lp_pooling`` ...), :func:`make_model` and
+:func:`register_schemas`; run models with :class:`InferenceSession` or
+:class:`ReferenceEvaluator`; check and convert them with :func:`model_problems`,
+:func:`raise_model`, :func:`lower_model` and :func:`to_runtime_model`. ``__all__`` is that user
+API; the operator table (``OPERATORS``, ``OpDefinition``, ``Example``, ``BUILDERS``) loads from
+here too, for the project's tools and tests.
 
 Every name here loads its module on first use (``import dml_onnx`` imports nothing else), so
 that the command line starts at once and the onnxruntime binding, which imports
