@@ -141,8 +141,9 @@ def announce() -> None:
                       CompilingWarning, stacklevel=_caller_level())
 
 
-_INTERNAL = ("custom_ops", "dml_onnx", "numba", "llvmlite", "onnxruntime", "importlib",
-             "threading", "concurrent", "contextlib", "functools")
+_INTERNAL = ("custom_ops", "dml_onnx", "numba", "llvmlite", "onnxruntime",
+             "onnxruntime_extensions", "importlib", "threading", "concurrent", "contextlib",
+             "functools")
 """The packages between the application's call and a compilation."""
 
 
