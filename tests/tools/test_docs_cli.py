@@ -3,6 +3,7 @@ the command line and the committed conformance models."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -25,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
          *(ROOT / name for name in ("CONTRIBUTING.md", "benchmarks/README.md"))]
 """Every page whose code examples the tests run."""
-FENCES = {"python", "sh", "console", "text"}
-"""The code-fence languages the pages use: ``python`` blocks run, the others are shown."""
+FENCES = {"python", "sh", "console", "text", "{eval-rst}", "{toctree}"}
+"""The code-fence languages the pages use: ``python`` blocks run, the others are shown (or,
+the last two, are Sphinx directives)."""
 
 
 def _blocks(page: Path) -> list[tuple[str, str]]:
     """``(language, code)`` of each fenced block of ``page``."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+    return re.findall(r"^```([^`\n]*)\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
 
 
 def test_operator_reference_is_current():
@@ -70,6 +72,42 @@ def test_every_python_example_runs_as_written():
                      for comment in re.findall(r"print\(.*\)\s+# (.*)", "\n".join(scripts[page]))
                      if " ".join(comment.split()) not in printed]
     assert failures == [], "\n".join(failures)
+
+
+def test_the_api_reference_documents_every_public_name():
+    """``docs/api.md`` has a directive for every name of ``dml_onnx.__all__`` and
+    ``dml_onnx.torch.__all__``, and for nothing else."""
+    torch_api = pytest.importorskip("dml_onnx.torch")
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = re.findall(r"^\.\. auto(?:function|class|exception|data):: (\S+)$", page, re.M)
+    public = [f"dml_onnx.{name}" for name in dml_onnx.__all__]
+    public += [f"dml_onnx.torch.{name}" for name in torch_api.__all__]
+    assert sorted(documented) == sorted(public)
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, list[str]]:
+    """Every command of ``parser`` (``"conformance run"`` ...) -> its option strings."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _commands(sub, f"{prefix} {name}".strip())
+    if prefix and not found:
+        found[prefix] = [option for action in parser._actions for option in
+                         action.option_strings if option.startswith("--") and option != "--help"]
+    return found
+
+
+def test_the_command_line_page_describes_every_command_and_option():
+    from dml_onnx import cli
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    commands = _commands(cli._parser())
+    assert "conformance run" in commands
+    for command, options in commands.items():
+        assert f"dml-onnx {command}" in page, command
+        for option in options:
+            assert option in page, f"{command} {option}"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
