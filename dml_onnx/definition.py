@@ -5,7 +5,7 @@ defaults and docs) of one operator, points at its kernel module in ``custom_ops`
 reference module in ``dml_onnx.reference_ops``, and carries its shape function. From it come
 the onnx schema (with type and shape inference: :mod:`dml_onnx.schemas`), the node builder,
 the onnxruntime binding and the reference-evaluator op (calling it through
-:mod:`dml_onnx.calls`) and the README's operator reference.
+:mod:`dml_onnx.calls`) and the operator reference (``docs/operators.md``).
 
 Shapes inside this package are lists of dims, each an ``int`` (known), a ``str`` (onnx's
 symbolic ``dim_param``) or ``None`` (unknown); a whole shape is ``None`` when even the rank is

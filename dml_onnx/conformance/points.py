@@ -208,4 +208,4 @@ POINTS: tuple[Point, ...] = (
            "dilated_window": _reading(col2im, kernel="dilated_window")},
           "dilated_window", SPEC),
 )
-"""Every probed point, by stable name (the README lists them)."""
+"""Every probed point, by stable name (``docs/conformance.md`` lists them)."""
