@@ -32,7 +32,6 @@ exclude_patterns = ["_build"]
 myst_heading_anchors = 4
 """Anchors for headings down to ``####``, as GitHub makes them, so that links such as
 ``specification.md#4-lppooling--...`` work on both."""
-myst_enable_extensions = ["colon_fence"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
