@@ -108,39 +108,58 @@ def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(mon
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("mapped", [False, True])
 @pytest.mark.parametrize("user_setting", [None, ("OMP_WAIT_POLICY", "active"),
                                           ("GOMP_SPINCOUNT", "5")])
-def test_the_first_launch_shortens_openmp_spinning_unless_the_user_chose(user_setting,
-                                                                         monkeypatch):
-    """numba's threading layer loads (and GNU OpenMP reads its environment) in
-    set_num_threads: the first launch sets GOMP_SPINCOUNT around it, then removes it."""
+def test_the_threading_layer_loads_with_short_spinning_unless_the_user_chose(
+        user_setting, mapped, monkeypatch):
+    """numba's threading layer loads (and GNU OpenMP reads its environment) in the first
+    launch's get_num_threads: with GOMP_SPINCOUNT set unless the user chose, the variable
+    removed afterwards; bound deep (its own libgomp first) where a libgomp is mapped already,
+    the process's dlopen flags restored afterwards."""
     import numba
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         monkeypatch.delenv(name, raising=False)
     if user_setting:
         monkeypatch.setenv(*user_setting)
     seen = []
+    layer: list[str | None] = [None]
+
+    def load():
+        seen.append((os.environ.get("GOMP_SPINCOUNT"), sys.getdlopenflags()))
+        layer[0] = "omp"
+    flags = sys.getdlopenflags()
+    monkeypatch.setattr(_threads, "_openmp_spin", None)
     monkeypatch.setattr(_threads, "_launch_pid", None)
-    monkeypatch.setattr(numba, "set_num_threads",
-                        lambda n: seen.append(os.environ.get("GOMP_SPINCOUNT")))
+    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer[0])
+    monkeypatch.setattr(_threads, "_openmp_libraries",
+                        lambda: frozenset({("08:01", "12")} if mapped else ()))
+    monkeypatch.setattr(_threads, "_numba_openmp", lambda deep: ("08:01", "11"))
+    monkeypatch.setattr(numba, "get_num_threads", load)
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
     for _ in range(2):
         assert _threads.run_compiled(2, lambda: None)
     want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
-    assert seen == [want if user_setting else _threads.SPIN_COUNT, want]
+    deep = flags | os.RTLD_DEEPBIND if mapped else flags
+    assert seen == [(want if user_setting else _threads.SPIN_COUNT, deep)]
     assert os.environ.get("GOMP_SPINCOUNT") == want
+    assert sys.getdlopenflags() == flags
+    assert _threads._openmp_spin == "short"
 
 
 @pytest.mark.parametrize("limit", [0, 5])
 @pytest.mark.parametrize("long_spin", [False, True])
 def test_every_launch_uses_the_whole_team_however_few_groups(limit, long_spin, monkeypatch):
     """GNU OpenMP ends the threads a smaller team leaves out and starts them again for the
-    next larger one: the team is every thread a call may use, whatever its group count;
-    except where GNU OpenMP was loaded before us and spins long after every launch: there the
-    team is the groups' count (no more threads spinning than the call used)."""
+    next larger one: the team is every thread a call may use, whatever its group count. Where
+    numba's GNU OpenMP was loaded before us and spins long after every launch, nothing is
+    launched: the caller runs its groups on the Python pool."""
     import numba
     teams = []
     monkeypatch.setattr(_threads, "THREADS", 8)
     monkeypatch.setattr(_threads, "_openmp_spin", "long" if long_spin else "short")
+    monkeypatch.setattr(_threads, "_launch_pid", None)
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
     monkeypatch.setattr(numba, "set_num_threads", teams.append)
     monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
@@ -148,62 +167,116 @@ def test_every_launch_uses_the_whole_team_however_few_groups(limit, long_spin, m
     token = _threads.thread_limit.set(limit)
     try:
         for groups in (2, 3, 8):
-            assert _threads.run_compiled(groups, lambda g=groups: launched.append(g))
+            assert _threads.run_compiled(groups, lambda g=groups: launched.append(g)) \
+                is not long_spin
     finally:
         _threads.thread_limit.reset(token)
-    whole = limit or 8
-    assert teams == ([min(g, whole) for g in (2, 3, 8)] if long_spin else [whole] * 3)
-    assert launched == [2, 3, 8]
+    assert teams == ([] if long_spin else [limit or 8] * 3)
+    assert launched == ([] if long_spin else [2, 3, 8])
 
 
-@pytest.mark.parametrize("mapped", ["/usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0",
-                                    "/venv/lib/python3.12/site-packages/torch/lib/libgomp.so.1",
-                                    "/venv/lib/python3.12/site-packages/scikit_learn.libs/"
-                                    "libgomp-a34b3233.so.1.0.0", None])
-def test_a_spinning_openmp_loaded_before_us_is_named_once(mapped, tmp_path, monkeypatch):
-    """Where GNU OpenMP is in the process's memory map before the first short-spin block (torch
-    imported first), GOMP_SPINCOUNT comes too late: one RuntimeWarning says what to set. A
-    wheel's renamed copy is not the library numba shares: no warning."""
+def test_bands_run_on_the_python_pool_where_no_compiled_launch_may_run(monkeypatch):
+    """With numba's GNU OpenMP spinning long, run_bands hands its bands to the Python pool:
+    every band runs, on more than one thread."""
+    monkeypatch.setattr(_threads, "THREADS", 4)
+    monkeypatch.setattr(_threads, "_openmp_spin", "long")
+    ran: dict[tuple[int, int], int] = {}
+    barrier = threading.Barrier(2, timeout=30)  # fails unless two bands run at once
+
+    def band(start, stop):
+        if start < 2:
+            barrier.wait()
+        ran[start, stop] = threading.get_ident()
+    _threads.run_bands([(0, 1), (1, 2), (2, 3), (3, 4)], band,
+                       lambda cuts: pytest.fail("launched"))
+    assert sorted(ran) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert len(set(ran.values())) >= 2
+
+
+def test_openmp_libraries_are_files_of_the_memory_map(tmp_path):
+    """Each libgomp file once, by device and inode, whatever its name; other mappings not."""
     maps = tmp_path / "maps"
-    library = f"7f00-7f01 r-xp 0 08:01 1 {mapped}\n" if mapped else ""
-    maps.write_text("5600-5601 r--p 0 08:01 2 /usr/bin/python3\n" + library
-                    + "7f02-7f03 rw-p 0 00:00 0\n")  # an anonymous mapping: no path
+    maps.write_text(
+        "5600-5601 r--p 0 08:01 2 /usr/bin/python3\n7f02-7f03 rw-p 0 00:00 0\n"
+        "7f00-7f01 r-xp 0 08:01 11 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
+        "7f04-7f05 rw-p 0 08:01 11 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
+        "7f06-7f07 r-xp 0 08:02 12 /venv/site-packages/torch/lib/libgomp.so.1\n")
+    assert _threads._openmp_libraries(str(maps)) == {("08:01", "11"), ("08:02", "12")}
+
+
+SYSTEM, TORCH = ("08:01", "11"), ("08:02", "12")
+
+
+@pytest.mark.parametrize("before, used, loaded_before, spin", [
+    ((), SYSTEM, False, "short"),  # numba loaded it in our block
+    ((TORCH,), SYSTEM, False, "short"),  # torch's copy is another file
+    ((SYSTEM,), SYSTEM, False, "long"),  # loaded before us (ctypes, another package)
+    ((TORCH,), TORCH, False, "long"),  # numba bound to torch's (no deep binding)
+    ((), None, True, "long"),  # the application's numba code loaded the layer first
+])
+def test_numba_openmp_spins_long_only_where_it_was_loaded_before_us(
+        before, used, loaded_before, spin, monkeypatch):
+    """numba's GNU OpenMP spins long only where the library its pool calls was mapped before
+    the layer loaded in our block: then one RuntimeWarning says what to set, once."""
+    import numba
+    layer: list[str | None] = ["omp" if loaded_before else None]
     monkeypatch.setattr(_threads, "_openmp_spin", None)
+    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer[0])
+    monkeypatch.setattr(_threads, "_openmp_libraries", lambda: frozenset(before))
+    monkeypatch.setattr(_threads, "_numba_openmp", lambda deep: used)
+    monkeypatch.setattr(numba, "get_num_threads", lambda: layer.__setitem__(0, "omp"))
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _threads.warn_if_openmp_spins(str(maps))
-        _threads.warn_if_openmp_spins(str(maps))
+        _threads.load_threading_layer()
+        _threads.load_threading_layer()
     messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
-    shared = mapped is not None and "libgomp-" not in mapped
-    assert len(messages) == shared
-    assert _threads._openmp_spin == ("long" if shared else None)  # teams sized to groups
-    if shared:
-        assert "GOMP_SPINCOUNT=10000" in messages[0] and "libgomp" in messages[0]
+    assert _threads._openmp_spin == spin
+    assert len(messages) == (spin == "long")
+    if messages:
+        assert "GOMP_SPINCOUNT=0" in messages[0] and "libgomp" in messages[0]
 
 
-def test_the_spin_hint_never_fails_a_kernel_under_error_filters(tmp_path, monkeypatch):
-    maps = tmp_path / "maps"
-    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /opt/torch/lib/libgomp.so.1\n")
+@pytest.mark.parametrize("layer", ["workqueue", "tbb"])
+def test_a_layer_other_than_openmp_never_spins_long(layer, monkeypatch):
+    import numba
     monkeypatch.setattr(_threads, "_openmp_spin", None)
+    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer)  # loaded before us
+    monkeypatch.setattr(numba, "get_num_threads", lambda: pytest.fail("loaded again"))
+    _threads.load_threading_layer()
+    assert _threads._openmp_spin == "short"
+
+
+def test_the_spin_hint_never_fails_a_kernel_under_error_filters(monkeypatch):
+    monkeypatch.setattr(_threads, "_openmp_spin", None)
+    monkeypatch.setattr(_threads, "_threading_layer", lambda: "omp")
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _threads.warn_if_openmp_spins(str(maps))  # no exception
+        _threads.load_threading_layer()  # no exception
+    assert _threads._openmp_spin == "long"
 
 
-@pytest.mark.parametrize("loaded", ["first", "after our import", "by our kernels"])
+@pytest.mark.parametrize("loaded", ["first", "after our import", "by torch first",
+                                    "by our kernels"])
 def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(loaded):
-    """End to end, in a fresh interpreter: GNU OpenMP loaded before the first compiled kernel
-    and outside our short-spin blocks (as torch's import does, before our import or between
-    it and our first kernel) gives the hint at the first kernel, once, and teams sized to
-    their groups; loaded by our kernels, none, and whole teams."""
+    """End to end, in a fresh interpreter: the GNU OpenMP that numba uses loaded before the
+    first compiled kernel and outside our short-spin blocks (``ctypes``, before our import or
+    between it and our first kernel) gives the hint at the first kernel, once, and the groups
+    run on the Python pool; loaded by our kernels, or torch's own copy loaded first, none.
+    Both give the same result."""
     code = textwrap.dedent(f"""
         import ctypes, ctypes.util, warnings
         import numpy as np
+        if {loaded!r} == "by torch first":
+            import torch
         from custom_ops import _threads
         from custom_ops.lp_pooling import lp_pooling
         def load_openmp():
             ctypes.CDLL(ctypes.util.find_library("gomp"))
-        X = np.ones((4, 64, 64, 64), np.float32)
+        X = np.random.default_rng(0).standard_normal((4, 64, 64, 64)).astype(np.float32)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if {loaded!r} == "first":
@@ -212,17 +285,26 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
                 pass
             if {loaded!r} == "after our import":
                 load_openmp()
-            for _ in range(2):
-                lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
-                           end_padding=[0, 0], dilations=[1, 1], p=2)
-        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _threads._openmp_spin)
+            Y = [lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
+                            end_padding=[0, 0], dilations=[1, 1], p=2) for _ in range(2)]
+        assert np.array_equal(Y[0], Y[1])
+        torch_lib = {{key for key, path in _threads._mappings() if "torch" in path}}
+        assert _threads._numba_openmp(_threads._bound_deep) not in torch_lib  # numba uses its own libgomp
+        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _threads._openmp_spin,
+              float(np.abs(Y[0]).sum()))
         """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    late = loaded != "by our kernels"
-    assert done.stdout.split() == (["1", "long"] if late else ["0", "short"])
+    late = loaded in ("first", "after our import")
+    count, spin, total = done.stdout.split()
+    assert [count, spin] == (["1", "long"] if late else ["0", "short"])
+    from custom_ops.lp_pooling import lp_pooling
+    X = np.random.default_rng(0).standard_normal((4, 64, 64, 64)).astype(np.float32)
+    want = lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
+                      end_padding=[0, 0], dilations=[1, 1], p=2)
+    assert float(total) == float(np.abs(want).sum())
 
 
 def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
