@@ -49,6 +49,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
@@ -106,7 +107,8 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     session options, whose external initializers each session must have, and no kernel can
     read them), a graph input has an initializer (onnxruntime lets a feed override
     it) or is a string tensor (the segments take their feeds as ``OrtValue`` tensors, which
-    onnxruntime makes of no string array), the nodes are not in topological order, or a value
+    onnxruntime makes of no string array), a graph output is no node's (onnxruntime refuses
+    the model), the nodes are not in topological order, or a value
     between steps is not a tensor of a known element type. Where kernels run first, a first
     segment of one ``Size`` node checks the feed."""
     graph = model.graph
@@ -123,6 +125,7 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             or any(n.domain == DOMAIN for f in model.functions for n in walk_nodes(f))
             or initializers & set(inputs) or len(initializers) != len(graph.initializer)
             or len(set(outputs)) != len(outputs) or set(outputs) & (initializers | set(inputs))
+            or not set(outputs) <= {name for node in graph.node for name in node.output}
             or not all(v.type.HasField("tensor_type") for v in (*graph.input, *graph.output))
             or any(v.type.tensor_type.elem_type == TensorProto.STRING for v in graph.input)
             or any(read_by_onnxruntime(tensor) for tensor in graph.initializer)):
@@ -484,8 +487,9 @@ class SplitRun:
     def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any],
             run_options: ort.RunOptions | None) -> list[np.ndarray]:
         for name in output_names:
-            if name not in self._output_names:
-                raise ValueError(f"Invalid output name: {name}")
+            if name not in self._output_names:  # onnxruntime's error
+                raise InvalidArgument(
+                    f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{name}")
         started = time.time_ns()
         feed = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
             value, None if isinstance(value, np.ndarray) else  # a list as onnxruntime reads it

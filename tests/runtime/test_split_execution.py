@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
@@ -245,7 +246,7 @@ def test_the_feed_is_checked_before_any_kernel_runs(monkeypatch):
         session.run(None, {**feeds, "bias": feeds["bias"].astype(np.float64)})
     with pytest.raises(Exception, match="(?i)dimensions|shape"):
         session.run(None, {**feeds, "bias": np.zeros(2, np.float32)})
-    with pytest.raises(ValueError, match="nope"):
+    with pytest.raises(InvalidArgument, match="Invalid output name:nope"):  # onnxruntime's
         session.run(["nope"], feeds)
     monkeypatch.undo()
     as_lists = session.run(None, {"X": feeds["X"].tolist(), "bias": [0.5]})  # as onnxruntime
@@ -265,6 +266,19 @@ def test_a_failed_kernel_raises_kernel_error_and_the_session_goes_on():
         session.run(None, feeds)
     good = dml_onnx.InferenceSession(model)
     assert len(good.run(None, feeds)) == 2
+
+
+def test_a_graph_output_no_node_makes_fails_the_session_as_onnxruntime_fails_it():
+    """Split execution left such a model to ``run()``, which raised ``KeyError``."""
+    model = dml_onnx.make_model(
+        [helper.make_node("Neg", ["X"], ["A"]), dml_onnx.lp_pooling("A", "B", **POOL),
+         helper.make_node("Relu", ["B"], ["C"])], [_value("X", FLOAT, [1, 3, 5, 5])],
+        [_value("C"), _value("nothing")])
+    with pytest.raises(Exception) as expected:  # noqa: PT011 - the type is compared
+        ort.InferenceSession(dml_onnx.with_functions(model).SerializeToString(),
+                             providers=["CPUExecutionProvider"])
+    with pytest.raises(type(expected.value), match="nothing"):
+        dml_onnx.InferenceSession(model)
 
 
 def test_inputs_and_outputs_are_described_as_onnxruntime_describes_them():
