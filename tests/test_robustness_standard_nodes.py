@@ -78,11 +78,11 @@ def test_a_binary_model_named_json_reads_as_onnxruntime_reads_it(tmp_path):
     model = _standard_model([helper.make_node("LpPool", ["X"], ["Y"], kernel_shape=[2, 2])],
                             [X])
     onnx.save(model, tmp_path / "model.json", format="protobuf")
-    assert dml_onnx.check_model(tmp_path / "model.json") == []
+    assert dml_onnx.model_problems(tmp_path / "model.json") == []
     assert cli.main(["raise", str(tmp_path / "model.json"), str(tmp_path / "raised.onnx")]) == 0
     assert [n.op_type for n in onnx.load(tmp_path / "raised.onnx").graph.node] == ["LpPooling"]
     (tmp_path / "broken.json").write_bytes(b'{"ir_version": ')
-    (problem,) = dml_onnx.check_model(tmp_path / "broken.json")
+    (problem,) = dml_onnx.model_problems(tmp_path / "broken.json")
     assert "broken.json is not an ONNX model (neither the format its name says" in problem
 
 
