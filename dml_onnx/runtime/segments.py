@@ -364,6 +364,7 @@ class _Wiring:
                           "doc_string"):
                 setattr(result, field, getattr(self.model, field))
             result.metadata_props.extend(self.model.metadata_props)
+            result.graph.doc_string = self.graph.doc_string  # its graph_description
         return Segment(result, tuple(v.name for v in inputs), tuple(v.name for v in outputs))
 
 
