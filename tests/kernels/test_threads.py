@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import multiprocessing
 import os
 import subprocess
@@ -384,3 +385,15 @@ def test_a_child_forked_while_loops_load_loads_them_itself():
         assert os.waitpid(pid, 0)[1] == 0
     finally:
         del _threads._imports["_never_loaded"]
+
+
+@pytest.mark.parametrize("allowed, work, want", [
+    (16, 16 * 32768, 16), (16, 16 * 32768 - 1, 1), (16, 5 * 32768, 1), (2, 2 * 32768, 2),
+    (2, 65535, 1), (1, 10**9, 1), (4, None, 4)])
+def test_a_call_uses_every_thread_it_may_or_one(allowed, work, want, monkeypatch):
+    """A compiled launch wakes every thread a call may use: a call splits only where each of
+    them gets a grain of work."""
+    monkeypatch.setattr(_threads, "THREADS", allowed)
+    assert _threads.workers(work) == want
+    assert _threads.serial_work() == (math.inf if allowed == 1 else allowed * 32768 - 1) \
+        or _threads.serial_work() == _threads.work_limit()
