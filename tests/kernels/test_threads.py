@@ -290,7 +290,7 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
                             end_padding=[0, 0], dilations=[1, 1], p=2) for _ in range(2)]
         assert np.array_equal(Y[0], Y[1])
         torch_lib = {{key for key, path in _threads._mappings() if "torch" in path}}
-        assert _threads._numba_openmp(_threads._bound_deep) not in torch_lib  # numba uses its own libgomp
+        assert _threads._numba_openmp(_threads._bound_deep) not in torch_lib  # numba: its own
         print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _threads._openmp_spin,
               float(np.abs(Y[0]).sum()))
         """)
