@@ -5,12 +5,12 @@ process that runs ``dml_onnx`` kernels wants (:func:`quiet_session_options`)."""
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import logging
 import math
 import os
 import queue
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -20,13 +20,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from custom_ops import KernelError
 from custom_ops._threads import thread_limit
+from dml_onnx.definition import DOMAIN
+from dml_onnx.graphs import _inferred, subgraphs, walk_nodes
 from dml_onnx.runtime.hook import _state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
 from dml_onnx.runtime.rewrite import _runtime_model, checked_types
-from dml_onnx.runtime.segments import HostNode, Kernel, Segment, SplitRun, split
+from dml_onnx.runtime.segments import HostNode, Kernel, Segment, SplitRun, _node_arg, split
 from dml_onnx.runtime.weights import in_memory_files, read_without_weights
 
 _logger = logging.getLogger("dml_onnx")
@@ -40,8 +43,10 @@ class InferenceSession(ort.InferenceSession):
     this one as a model. Every public method is onnxruntime's API: :meth:`run` and its kin
     are this class's, the rest read the (first) onnxruntime session, as attributes do.
 
-    Takes a path, serialized bytes or a ModelProto and the constructor arguments of
-    ``onnxruntime.InferenceSession``; ``run()`` has its signature. An invalid input of a
+    Takes a path, serialized bytes or a ModelProto (or a ``bytearray``: onnxruntime takes
+    neither) and the constructor arguments of ``onnxruntime.InferenceSession``; a path or
+    bytes that are no model fail with onnxruntime's error. ``run()`` has its signature and
+    raises onnxruntime's errors for a bad feed or output name. An invalid input of a
     ``dml_onnx`` node makes ``run()`` raise :class:`KernelError` (a ``ValueError``) naming the
     operator, node, field and value; the session keeps working. Its
     ``intra_op_num_threads``, when set, also limits the threads of our kernels.
@@ -74,22 +79,39 @@ class InferenceSession(ort.InferenceSession):
                  provider_options: Sequence[dict] | None = None, **kwargs: Any):
         # the weights as arrays that onnxruntime takes from our own options, or, with the
         # caller's options (which would keep them after us), copies from files in memory
-        model, weights, (elem_types, ranks, steps) = read_without_weights(
-            path_or_bytes, functools.partial(  # one session writes one optimized model
-                _prepared, strings=isinstance(path_or_bytes, onnx.ModelProto),
-                split_it=sess_options is None or not sess_options.optimized_model_filepath),
-            absent_left=sess_options is not None)  # the options may hold those values
+        read: list[bool] = []  # a model was read: what failed before is onnxruntime's to say
+
+        def prepare(light: onnx.ModelProto) -> _Prepared:
+            read.append(True)
+            return _prepared(light, strings=isinstance(path_or_bytes, onnx.ModelProto),
+                             split_it=sess_options is None  # one writes one optimized model
+                             or not sess_options.optimized_model_filepath)
+        try:
+            model, weights, (elem_types, ranks, steps) = read_without_weights(
+                path_or_bytes, prepare, absent_left=sess_options is not None)  # the options
+            # may hold those values
+        except (OSError, ValueError, TypeError) as error:
+            if not read:
+                _refuse_as_onnxruntime(path_or_bytes, error)
+            raise
         arguments = dict(providers=list(providers) if providers else ["CPUExecutionProvider"],
                          provider_options=provider_options, **kwargs)
         self._threads = 0 if sess_options is None else sess_options.intra_op_num_threads  # 0: all
         self._split: SplitRun | None = None
+        self._outputs: list[Any] | None = None  # get_outputs(), described on its first call
+        kernels = [node for node in model.graph.node if node.domain == DOMAIN]
+        self._model = model if kernels else None  # weights stubbed: for get_outputs()
         if steps is not None:
             if sess_options is not None:
                 quiet_session_options(sess_options)
             self._split = SplitRun(model, steps, weights, sess_options, quiet_session_options,
                                    **arguments)
             self._session, self._weights = self._split.first, self._split.weights
+            self._required = [i.name for i in self._split.inputs]  # tensors: all required
+            self._split_outputs = {o.name for o in self._split.outputs}
+            self._kernel_inputs: set[str] = set()  # the split run's feed check covers them
             return
+        kernel_inputs = {name for node in kernels for name in node.input}
         model = _runtime_model(model, mode="direct", strings=False, elem_types=elem_types)
         options = sess_options or ort.SessionOptions()
         if weights and sess_options is not None:  # onnxruntime copies them: none kept here
@@ -110,24 +132,29 @@ class InferenceSession(ort.InferenceSession):
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._required = [i.name for i in self._session.get_inputs()  # as onnxruntime's run
                           if not i.type.startswith("optional")]
+        self._kernel_inputs = kernel_inputs & set(self._required)  # graph inputs they read
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 4  # a failed kernel is raised, not logged
         self._run = session_run(self._session)
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
             run_options: ort.RunOptions | None = None) -> list[Any]:
-        if self._split is not None:
-            threads = thread_limit.set(self._threads)
-            try:
-                return self._split.run(output_names or [o.name for o in self._split.outputs],
-                                       input_feed, run_options)
-            finally:
-                thread_limit.reset(threads)
         missing = [name for name in self._required if name not in input_feed]
         if missing:  # before anything runs, as onnxruntime's run (a kernel's direct input
             # would fail inside the run)
             raise ValueError(f"Required inputs ({missing}) are missing from input feed "
                              f"({list(input_feed)}).")
+        if not all(map(_plain, input_feed.values())):
+            input_feed = self._unusual_feed(output_names, input_feed, run_options)
+        if self._split is not None:
+            names = output_names or [o.name for o in self._split.outputs]
+            if not self._split_outputs.issuperset(names):
+                self._unusual_feed(names, input_feed, run_options)  # raises onnxruntime's error
+            threads = thread_limit.set(self._threads)
+            try:
+                return self._split.run(names, input_feed, run_options)
+            finally:
+                thread_limit.reset(threads)
         state = _state
         state.error = None
         state.in_session += 1
@@ -153,6 +180,47 @@ class InferenceSession(ort.InferenceSession):
         if fetched:
             outputs = [fetched.get(name, value) for name, value in zip(names, outputs)]
         return outputs
+
+    def _unusual_feed(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+                      run_options: ort.RunOptions | None) -> dict[str, Any]:
+        """``input_feed`` as the run takes it where not every value is a numeric array in the
+        machine's byte order (or, in split execution, an output name is unknown), or the
+        error onnxruntime's run raises for it: an array in the other byte order becomes one in
+        this one (onnxruntime reads its bytes as they are, and the kernels as numpy does:
+        neither result was the array's); a ``None`` is a value not given (onnxruntime fails
+        the node that reads it with ``Fail``). In split execution, where the segments take
+        the feed as ``OrtValue`` tensors made of arrays, onnxruntime's own run of the first
+        segment (which declares every graph input) converts and checks the caller's feed
+        first, as its run does before it looks at the output names."""
+        feed = {name: value.astype(value.dtype.newbyteorder("="))
+                if isinstance(value, np.ndarray) and not value.dtype.isnative else value
+                for name, value in input_feed.items()}
+        absent = [name for name, value in feed.items() if value is None]
+        if self._split is None:
+            for name in absent:
+                if name in self._kernel_inputs:  # onnxruntime would fail its node
+                    raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : Missing Input: {name}")
+            return feed
+        segment = self._split.steps[0]
+        assert isinstance(segment, tuple)  # split() puts a segment first
+        first_outputs = list(segment[0].outputs)
+        unknown = [name for name in output_names or () if name not in self._split_outputs]
+        odd = [value for value in feed.values() if not isinstance(value, ort.OrtValue | list)
+               and not _plain(value)]
+        if unknown or odd:  # its conversion, its input checks, then its output names
+            self._split.first.run([name for name in unknown if name not in first_outputs]
+                                  or first_outputs, feed, run_options)
+        if unknown:  # the values only the first segment has
+            raise InvalidArgument(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{unknown[0]}")
+        for name in absent:  # the first segment's nodes took it: does a later step read it?
+            if any(name in (step[0].inputs if isinstance(step, tuple) else step.node.input)
+                   for step in self._split.steps[1:]):
+                raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : Missing Input: {name}")
+            declared = next(arg for arg in self._split.inputs if arg.name == name)
+            feed[name] = np.zeros([d if isinstance(d, int) else 0 for d in declared.shape],
+                                  _numpy_type(declared.type))  # nothing reads it
+        return feed
 
     def run_with_ort_values(self, output_names: Sequence[str] | None,
                             input_dict_ort_values: dict[str, ort.OrtValue],
@@ -203,10 +271,46 @@ class InferenceSession(ort.InferenceSession):
             "run_with_iobinding()")
 
     def get_inputs(self) -> list[Any]:
-        return self._split.inputs if self._split else self._session.get_inputs()
+        return self._session.get_inputs()  # the first segment declares every graph input
 
     def get_outputs(self) -> list[Any]:
-        return self._split.outputs if self._split else self._session.get_outputs()
+        """The graph outputs as plain onnxruntime describes the model's (its shape inference
+        reaches through a ``dml_onnx`` node's standard form): onnxruntime's description where
+        a session of ours makes the output from the graph inputs alone, else the type and
+        shape onnx's shape inference gives with the domain's schemas (onnxruntime infers no
+        shape from a kernel's output), worked out on the first call."""
+        if self._outputs is None:
+            self._outputs = self._described_outputs()
+        return self._outputs
+
+    def _described_outputs(self) -> list[Any]:
+        if self._split is None:
+            described = list(self._session.get_outputs())
+        else:
+            made = {arg.name: arg for (segment, session) in (
+                step for step in self._split.steps if isinstance(step, tuple))
+                for arg in session.get_outputs() if arg.name in self._split_outputs}
+            described = [made.get(arg.name, arg) for arg in self._split.outputs]
+        if self._model is None:
+            return described
+        graph = self._model.graph
+        after: set[str] = set()  # the values a dml_onnx node's output reaches
+        grown = True
+        while grown:  # to a fixed point: the nodes may be out of order
+            before = len(after)
+            for node in graph.node:
+                if node.domain == DOMAIN or after.intersection(
+                        name for inner in (node, *(n for g in subgraphs(node)
+                                                   for n in walk_nodes(g)))
+                        for name in inner.input):
+                    after.update(name for name in node.output if name)
+            grown = len(after) > before
+        if not after.intersection(arg.name for arg in described):
+            return described
+        inferred = {value.name: value for value in _inferred(self._model).output
+                    if value.type.HasField("tensor_type")}
+        return [_node_arg(inferred[arg.name]) if arg.name in after and arg.name in inferred
+                else arg for arg in described]
 
     def get_overridable_initializers(self) -> list[Any]:
         return [] if self._split else self._session.get_overridable_initializers()
@@ -222,6 +326,44 @@ class InferenceSession(ort.InferenceSession):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
+
+
+def _plain(value: Any) -> bool:
+    """Whether a feed is a numeric array in the machine's byte order (as nearly all are)."""
+    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.dtype.isnative
+
+
+def _numpy_type(type_name: str) -> np.dtype:
+    """The numpy type of a ``NodeArg`` type such as ``tensor(float)``."""
+    name = type_name.removeprefix("tensor(").removesuffix(")").upper()
+    return helper.tensor_dtype_to_np_dtype(getattr(onnx.TensorProto, name))
+
+
+def _refuse_as_onnxruntime(source: Any, error: Exception) -> None:
+    """Raise, from ``error``, what plain onnxruntime raises for a model ``source`` (a path or
+    bytes) that could not be read (a missing file, bytes that are no model), so that the
+    session is refused with onnxruntime's error type; return where onnxruntime takes it, or
+    where it would wait on the path for ever (a FIFO) or read it without end (a device)."""
+    if isinstance(source, onnx.ModelProto):  # ours alone: onnxruntime takes no ModelProto
+        return
+    if isinstance(source, bytearray | memoryview):  # ours too
+        source = bytes(source)
+    elif isinstance(source, str | os.PathLike):
+        try:
+            mode = os.stat(source).st_mode
+        except FileNotFoundError:
+            mode = stat.S_IFREG
+        except (OSError, ValueError):
+            return
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            return
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"],
+                             enable_fallback=0)
+    except Exception as refusal:  # noqa: BLE001 - whatever onnxruntime raises is the answer
+        raise refusal from error
 
 
 def _ort_value(output: Any) -> ort.OrtValue:
@@ -295,6 +437,13 @@ class IOBinding:
 
     def get_outputs(self) -> list[ort.OrtValue]:
         return list(self._values)
+
+    def get_outputs_as_ortvaluevector(self) -> Any:
+        """The last run's outputs as onnxruntime's ``OrtValueVector``."""
+        vector = ort.capi._pybind_state.OrtValueVector()
+        for value in self._values:
+            vector.push_back(value._ortvalue)
+        return vector
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
         return [value.numpy().copy() for value in self._values]
