@@ -139,16 +139,23 @@ class InferenceSession(ort.InferenceSession):
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
             run_options: ort.RunOptions | None = None) -> list[Any]:
+        fed = list(input_feed.keys())  # as onnxruntime's run: a feed without keys() fails
         missing = [name for name in self._required if name not in input_feed]
         if missing:  # before anything runs, as onnxruntime's run (a kernel's direct input
             # would fail inside the run)
             raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                             f"({list(input_feed)}).")
+                             f"({fed}).")
+        if output_names and not isinstance(output_names, list | tuple | str):
+            output_names = list(output_names)  # a generator is read once (and a set in its
+            # order, as onnxruntime reads them)
         if not all(map(_plain, input_feed.values())):
             input_feed = self._unusual_feed(output_names, input_feed, run_options)
         if self._split is not None:
             names = output_names or [o.name for o in self._split.outputs]
-            if not self._split_outputs.issuperset(names):
+            if isinstance(names, str):  # onnxruntime's run takes a list of names alone
+                raise TypeError(f"run(): output_names is a str ({names!r}), not a list of str")
+            if not self._split_outputs.issuperset(names) or \
+                    not all(isinstance(name, str) for name in fed):
                 self._unusual_feed(names, input_feed, run_options)  # raises onnxruntime's error
             threads = thread_limit.set(self._threads)
             try:
@@ -206,7 +213,7 @@ class InferenceSession(ort.InferenceSession):
         first_outputs = list(segment[0].outputs)
         unknown = [name for name in output_names or () if name not in self._split_outputs]
         odd = [value for value in feed.values() if not isinstance(value, ort.OrtValue | list)
-               and not _plain(value)]
+               and not _plain(value)] + [name for name in feed if not isinstance(name, str)]
         if unknown or odd:  # its conversion, its input checks, then its output names
             self._split.first.run([name for name in unknown if name not in first_outputs]
                                   or first_outputs, feed, run_options)
@@ -227,6 +234,10 @@ class InferenceSession(ort.InferenceSession):
                             run_options: ort.RunOptions | None = None) -> list[ort.OrtValue]:
         """:meth:`run` over CPU ``OrtValue`` tensors, outputs as ``OrtValue`` tensors."""
         feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
+        for name in feeds:
+            if not isinstance(name, str):  # onnxruntime's error (run() raises TypeError)
+                raise RuntimeError(f"Unable to cast Python instance of type {type(name)} to "
+                                   "C++ type 'str'")
         return [_ort_value(output) for output in self.run(output_names, feeds, run_options)]
 
     def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],

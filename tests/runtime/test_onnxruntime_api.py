@@ -244,10 +244,18 @@ def test_providers_and_their_options(kind, layout):
 # --- run and its kin ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("names", [None, [], ["E", "C"], ["D", "C", "E"], ["D", "D"], ("E",),
-                                   ["C"]])
+                                   ["C"], {"C"}, "a generator"])
 def test_run_gives_the_outputs_asked_for_in_their_order(kind, layout, names):
     session, reference = _pair(kind, layout)
-    _same(session.run(names, FEED), reference.run(names, FEED))
+
+    def asked() -> Any:
+        return (name for name in ["E", "C"]) if names == "a generator" else names
+
+    _same(session.run(asked(), FEED), reference.run(asked(), FEED))
+    _same(session.run_with_ort_values(asked(), {n: ort.OrtValue.ortvalue_from_numpy(a)
+                                                for n, a in FEED.items()}),
+          reference.run_with_ort_values(asked(), {n: ort.OrtValue.ortvalue_from_numpy(a)
+                                                  for n, a in FEED.items()}))
 
 
 def test_run_options(kind, layout):
@@ -480,6 +488,10 @@ RUN_ERRORS: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
     "None for a kernel's input": (None, {"X": None, "Y": Y}),
     "None for a standard node's input": (None, {"X": X, "Y": None}),
     "a tuple and an unknown output": (["nope"], {"X": X, "Y": (1, 2)}),
+    "a name for the output names": ("C", FEED),  # type: ignore[dict-item]
+    "an output name not a str": ([1], FEED),  # type: ignore[list-item]
+    "a feed name not a str": (None, {**FEED, 1: Y}),  # type: ignore[dict-item]
+    "a feed of pairs": (None, list(FEED.items())),  # type: ignore[dict-item]
 }
 
 
@@ -488,6 +500,8 @@ def test_run_errors_are_onnxruntimes(kind, layout, case):
     session, reference = _pair(kind, layout)
     names, feed = RUN_ERRORS[case]
     _raises_as(lambda: session.run(names, feed), lambda: reference.run(names, feed))
+    if not isinstance(feed, dict):
+        return
     values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(value))
               for name, value in feed.items() if isinstance(value, np.ndarray)
               and value.dtype.kind not in "OSU"}
