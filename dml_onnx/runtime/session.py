@@ -22,8 +22,8 @@ import onnxruntime as ort
 from onnx import helper
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
-from custom_ops import KernelError
-from custom_ops._threads import thread_limit
+from dml_onnx._kernels import KernelError
+from dml_onnx._kernels._threads import thread_limit
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import _inferred, subgraphs, walk_nodes
 from dml_onnx.runtime.hook import _state, take_error
@@ -271,6 +271,8 @@ class InferenceSession(ort.InferenceSession):
         the ``RuntimeError`` of its run (onnxruntime 1.28)."""
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             checks = hasattr(self._session.io_binding(), "_session")
+            if not isinstance(iobinding, IOBinding):  # what is no binding at all fails on
+                getattr(iobinding, "_session" if checks else "_iobinding")  # what it lacks
             raise (ValueError if checks else RuntimeError)(
                 "IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
@@ -381,7 +383,7 @@ def _ort_value(output: Any) -> ort.OrtValue:
     """``output`` as an ``OrtValue`` whose C value holds the array: ``OrtValue.numpy()``
     returns a view that keeps the C value, not the Python wrapper, and
     ``ortvalue_from_numpy`` leaves the array to the wrapper, so the view of a dropped wrapper
-    read freed memory, or a kept block (:mod:`custom_ops._buffers`) that the next run wrote.
+    read freed memory, or a kept block (:mod:`dml_onnx._kernels._buffers`) that the next run wrote.
     DLPack hands the array itself to the C value (no copy); strings, which DLPack does not
     carry, ``ortvalue_from_numpy`` copies into the C value."""
     array = np.asarray(output, order="C")  # np.ascontiguousarray makes a 0-d array 1-d
@@ -422,7 +424,7 @@ class IOBinding:
         self._input(name, _buffer(device_type, device_id, element_type, shape, buffer_ptr))
 
     def bind_ortvalue_input(self, name: str, ortvalue: ort.OrtValue) -> None:
-        self._input(name, ortvalue)
+        self._input(name, _checked_ort_value(ortvalue))
 
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0,
                     element_type: Any = None, shape: Sequence[int] | None = None,
@@ -438,7 +440,7 @@ class IOBinding:
                                           buffer_ptr)
 
     def bind_ortvalue_output(self, name: str, ortvalue: ort.OrtValue) -> None:
-        self._outputs[name] = ortvalue
+        self._outputs[name] = _checked_ort_value(ortvalue)
 
     def synchronize_inputs(self) -> None:
         """Nothing to wait for: the inputs are on the CPU."""
@@ -497,6 +499,14 @@ class IOBinding:
                           ort.OrtValue.ortvalue_from_numpy(target))
         self._outputs.update(zip(self._outputs, values))
         self._values = values
+
+
+def _checked_ort_value(value: Any) -> ort.OrtValue:
+    """``value``, an ``OrtValue``; anything else raises the ``AttributeError`` onnxruntime's
+    binding raises for it (it reads the ``OrtValue``'s C value at once)."""
+    if not isinstance(value, ort.OrtValue):
+        raise AttributeError(f"'{type(value).__name__}' object has no attribute '_ortvalue'")
+    return value
 
 
 def _buffer(device_type: str, device_id: int, element_type: Any, shape: Sequence[int],

@@ -353,6 +353,27 @@ def test_io_binding(kind, layout):
     _same(results[0], results[1])
 
 
+BINDING_ERRORS = {
+    "an array for an OrtValue input": lambda s, b: b.bind_ortvalue_input("X", X),
+    "an array for an OrtValue output": lambda s, b: b.bind_ortvalue_output("C", X),
+    "a list for an input": lambda s, b: b.bind_cpu_input("X", X.tolist()),
+    "None for an input": lambda s, b: b.bind_cpu_input("X", None),
+    "an unknown device": lambda s, b: b.bind_output("C", "nodevice"),
+    "no binding": lambda s, b: s.run_with_iobinding(None),
+    "a feed of another type": lambda s, b: (b.bind_cpu_input("X", X.astype(np.float64)),
+                                            b.bind_cpu_input("Y", Y), b.bind_output("C"),
+                                            s.run_with_iobinding(b)),
+}
+
+
+@pytest.mark.parametrize("case", list(BINDING_ERRORS))
+def test_io_binding_errors_are_onnxruntimes(kind, layout, case):
+    session, reference = _pair(kind, layout)
+    call = BINDING_ERRORS[case]
+    _raises_as(lambda: call(session, session.io_binding()),
+               lambda: call(reference, reference.io_binding()))
+
+
 def _sequence_model(layout: str) -> onnx.ModelProto:
     sequence = helper.make_sequence_type_proto(
         helper.make_tensor_type_proto(TensorProto.FLOAT, None))
