@@ -492,9 +492,11 @@ class SplitRun:
                 raise InvalidArgument(
                     f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{name}")
         started = time.time_ns()
-        feed = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
-            value, None if isinstance(value, np.ndarray) else  # a list as onnxruntime reads it
-            self._input_dtypes.get(name), order="C")) for name, value in input_feed.items()}
+        feed = {name: value if isinstance(value, ort.OrtValue) else  # checked as it is
+                ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
+                    value, None if isinstance(value, np.ndarray) else  # a list as
+                    self._input_dtypes.get(name), order="C"))  # onnxruntime reads it
+                for name, value in input_feed.items()}
         values: dict[str, Any] = {**feed, **self._constants}
         for step in self.steps:
             if isinstance(step, Kernel):

@@ -212,8 +212,15 @@ class InferenceSession(ort.InferenceSession):
         assert isinstance(segment, tuple)  # split() puts a segment first
         first_outputs = list(segment[0].outputs)
         unknown = [name for name in output_names or () if name not in self._split_outputs]
-        odd = [value for value in feed.values() if not isinstance(value, ort.OrtValue | list)
-               and not _plain(value)] + [name for name in feed if not isinstance(name, str)]
+        types = {arg.name: _numpy_type(arg.type) for arg in self._split.inputs}
+        odd = [name for name, value in feed.items() if not isinstance(name, str)
+               or not isinstance(value, ort.OrtValue | list) and not _plain(value)]
+        for name, value in feed.items():
+            if isinstance(value, list):  # as onnxruntime reads a list, where numpy can
+                try:
+                    feed[name] = np.asarray(value, types.get(name))
+                except (ValueError, TypeError):  # a ragged list: onnxruntime's error
+                    odd.append(name)
         if unknown or odd:  # its conversion, its input checks, then its output names
             self._split.first.run([name for name in unknown if name not in first_outputs]
                                   or first_outputs, feed, run_options)

@@ -475,6 +475,8 @@ def _feeds() -> dict[str, dict[str, Any]]:
         "empty batch": {"X": np.zeros((0, 3, 5, 5), np.float32), "Y": Y},
         "one of a batch": {"X": X[1:], "Y": Y},
         "lists": {"X": X.tolist(), "Y": [1, 2]},
+        "a list of arrays": {"X": list(X), "Y": Y},
+        "a list of bools for int64": {"X": X, "Y": [True, False]},
         "a list of floats for int64": {"X": X, "Y": [1.5, 2.5]},
         "OrtValue": {"X": ort.OrtValue.ortvalue_from_numpy(X), "Y": Y},
         "masked array": {"X": np.ma.MaskedArray(X), "Y": Y},
@@ -513,6 +515,12 @@ RUN_ERRORS: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
     "an output name not a str": ([1], FEED),  # type: ignore[list-item]
     "a feed name not a str": (None, {**FEED, 1: Y}),  # type: ignore[dict-item]
     "a feed of pairs": (None, list(FEED.items())),  # type: ignore[dict-item]
+    "a ragged list": (None, {"X": X, "Y": [[1], [2, 3]]}),
+    "a list of another rank": (None, {"X": X, "Y": [[1, 2]]}),
+    "an OrtValue of another type": (None, {"X": ort.OrtValue.ortvalue_from_numpy(
+        X.astype(np.float64)), "Y": Y}),
+    "an OrtValue of another rank": (None, {"X": X, "Y": ort.OrtValue.ortvalue_from_numpy(
+        Y[:1, None])}),
 }
 
 
