@@ -163,7 +163,7 @@ def test_a_model_proto_or_bytearray_is_taken_by_dml_onnx_alone(kind, layout, for
     """onnxruntime raises ``TypeError`` for a ``ModelProto`` or a ``bytearray``; our session
     takes both (the extension documented in its docstring) and runs them as the reference."""
     model = _model(layout)
-    given = _plain(model) if kind == "onnxruntime" else model
+    given: Any = _plain(model) if kind == "onnxruntime" else model
     given = given if form == "ModelProto" else bytearray(given.SerializeToString())
     if kind == "onnxruntime":
         with pytest.raises(TypeError, match="Unable to load from type"):
@@ -204,13 +204,14 @@ def test_provider_arguments_are_checked_as_onnxruntime_checks_them(kind, layout,
     """Without fallback the error onnxruntime raises; with it (its default) onnxruntime's
     session on the CPU, after a warning for an unknown provider."""
     model = _model(layout)
-    arguments = {
+    cases: dict[str, dict[str, Any]] = {
         "unknown provider": {"providers": ["NoSuchExecutionProvider"]},
         "providers and options of two lengths": {"providers": ["CPUExecutionProvider"],
                                                  "provider_options": [{}, {}]},
         "options not dicts": {"providers": ["CPUExecutionProvider"], "provider_options": [1]},
         "a provider neither str nor pair": {"providers": [("CPUExecutionProvider",)]},
-    }[case] | {"enable_fallback": fallback}
+    }
+    arguments = {**cases[case], "enable_fallback": fallback}
 
     def reference() -> ort.InferenceSession:
         return ort.InferenceSession(_plain(model).SerializeToString(), **arguments)
@@ -230,10 +231,11 @@ def test_provider_arguments_are_checked_as_onnxruntime_checks_them(kind, layout,
 
 def test_providers_and_their_options(kind, layout):
     model = _model(layout)
-    for arguments in ({"providers": [("CPUExecutionProvider", {"use_arena": "0"})]},
-                      {"providers": ["CPUExecutionProvider"],
-                       "provider_options": [{"use_arena": "0"}]},
-                      {"providers": []}):
+    choices: list[dict[str, Any]] = [
+        {"providers": [("CPUExecutionProvider", {"use_arena": "0"})]},
+        {"providers": ["CPUExecutionProvider"], "provider_options": [{"use_arena": "0"}]},
+        {"providers": []}]
+    for arguments in choices:
         session = _session(kind, model, **arguments)
         want = ort.InferenceSession(_plain(model).SerializeToString(), **arguments)
         assert session.get_providers() == want.get_providers()
@@ -492,7 +494,7 @@ def test_feeds_are_taken_as_onnxruntime_takes_them(kind, layout, feed):
     _same(session.run(None, given), reference.run(None, _feeds()[feed]))
 
 
-RUN_ERRORS: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
+RUN_ERRORS: dict[str, tuple[Any, Any]] = {  # output names, feed
     "missing input": (None, {"X": X}),
     "no input": (None, {}),
     "wrong element type": (None, {"X": X.astype(np.float64), "Y": Y}),
@@ -505,16 +507,16 @@ RUN_ERRORS: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
     "a tuple": (None, {"X": X, "Y": (1, 2)}),
     "a numpy scalar": (None, {"X": X, "Y": np.int64(1)}),
     "a Python number": (None, {"X": 1.0, "Y": Y}),
-    "a memoryview": (None, {"X": memoryview(X), "Y": Y}),
+    "a memoryview": (None, {"X": X.data, "Y": Y}),
     "an object array": (None, {"X": X.astype(object), "Y": Y}),
     "a string array": (None, {"X": np.full(X.shape, "a"), "Y": Y}),
     "None for a kernel's input": (None, {"X": None, "Y": Y}),
     "None for a standard node's input": (None, {"X": X, "Y": None}),
     "a tuple and an unknown output": (["nope"], {"X": X, "Y": (1, 2)}),
-    "a name for the output names": ("C", FEED),  # type: ignore[dict-item]
-    "an output name not a str": ([1], FEED),  # type: ignore[list-item]
-    "a feed name not a str": (None, {**FEED, 1: Y}),  # type: ignore[dict-item]
-    "a feed of pairs": (None, list(FEED.items())),  # type: ignore[dict-item]
+    "a name for the output names": ("C", FEED),
+    "an output name not a str": ([1], FEED),
+    "a feed name not a str": (None, {**FEED, 1: Y}),
+    "a feed of pairs": (None, list(FEED.items())),
     "a ragged list": (None, {"X": X, "Y": [[1], [2, 3]]}),
     "a list of another rank": (None, {"X": X, "Y": [[1, 2]]}),
     "an OrtValue of another type": (None, {"X": ort.OrtValue.ortvalue_from_numpy(
@@ -624,8 +626,8 @@ def test_a_float16_model(kind, layout):
 
 def test_the_split_layout_runs_split():
     """The "split" layout is what split execution takes (and the others are not)."""
-    assert isinstance(dml_onnx.InferenceSession(_model("split"))._split.steps[1],
-                      segments.Kernel)
+    split = dml_onnx.InferenceSession(_model("split"))._split
+    assert split is not None and isinstance(split.steps[1], segments.Kernel)
 
 
 # --- where our session does not follow onnxruntime --------------------------------------------
