@@ -27,6 +27,8 @@ class KernelError(ValueError, RuntimeError):
     the parts are kept as attributes for programs.
     """
 
+    __module__ = "dml_onnx"  # its public name: tracebacks, repr and pickle use it
+
     def __init__(self, op: str, node: str, field: str, value: object, rule: str):
         self.op, self.node, self.field, self.value, self.rule = op, node, field, value, rule
         super().__init__(f"{op} '{node}': {field} {_show(value)} {rule}")
@@ -115,7 +117,7 @@ def attribute_parameters(*functions: Callable[..., Any]) -> dict[str, inspect.Pa
     """The keyword-only parameters of ``functions`` other than ``node``, in order: the
     attributes (and call options) of a kernel whose ``prepare`` is the first function and
     forwards the rest of its keywords to the others (a shared check such as
-    ``custom_ops._roi_grid.check_sampling``)."""
+    ``dml_onnx._kernels._roi_grid.check_sampling``)."""
     parameters: dict[str, inspect.Parameter] = {}
     for function in functions:
         for name, parameter in inspect.signature(function).parameters.items():

@@ -8,7 +8,7 @@ into the cache, from which the caller then loads it. The process starts on the f
 compilation and ends itself after :data:`IDLE_SECONDS` without work (no thread of the caller
 watches it: under a memory limit a new thread can fail to start; the caller reaps it at its
 next cold compilation or at exit). When it dies (out of memory,
-killed), the call raises :class:`~custom_ops._checks.KernelError` and the next call starts a
+killed), the call raises :class:`~dml_onnx.KernelError` and the next call starts a
 new one. Where the process cannot be started or cannot compile a loop (or the loop has no
 cache), the caller compiles it itself, as numba does.
 
@@ -36,13 +36,17 @@ import warnings
 from types import FrameType
 from typing import IO, Any, NamedTuple
 
-from custom_ops._checks import KernelError
+from ._checks import KernelError
 
 IDLE_SECONDS = 30.0
 """The compiler process ends after this long without a request (it holds about 150 MB); where
 ``select`` cannot wait on a pipe (Windows), it ends with the caller."""
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where custom_ops is
+_PACKAGE = __name__.rpartition(".")[0]
+"""The kernels' package, ``dml_onnx._kernels``: the compiler process imports it by this name."""
+_ROOT = os.path.abspath(__file__)
+for _ in range(_PACKAGE.count(".") + 2):  # the folder that holds the top-level package
+    _ROOT = os.path.dirname(_ROOT)
 
 
 class _CompilerProcess:
@@ -52,14 +56,15 @@ class _CompilerProcess:
         self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self.process = subprocess.Popen(  # -P and our folder last: the caller's folder and
             [sys.executable, "-P", "-c",  # ours shadow nothing on its path
-             "import sys; sys.path.append(sys.argv[1]); from custom_ops._compiler_process "
-             "import serve; serve(sys.argv[1], float(sys.argv[2]))", _ROOT, repr(IDLE_SECONDS)],
+             "import sys; sys.path.append(sys.argv[1]); from importlib import import_module; "
+             "import_module(sys.argv[2]).serve(sys.argv[1], float(sys.argv[3]))", _ROOT,
+             __name__, repr(IDLE_SECONDS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
         try:
             ready = self._answer()
         except (OSError, EOFError, pickle.UnpicklingError):
             ready = None
-        if ready != "ready":  # it could not import us (or found another custom_ops)
+        if ready != "ready":  # it could not import us (or found another copy of us)
             self.close()
             raise OSError("the compiler process did not start")
 
@@ -116,6 +121,8 @@ class CompilingWarning(UserWarning):
     application configured logging; ``warnings.filterwarnings("ignore",
     category=dml_onnx.CompilingWarning)`` silences it."""
 
+    __module__ = "dml_onnx"  # its public name, which warnings print
+
 
 COMPILE_SECONDS = "a few seconds to half a minute"
 """How long an operator's first compilation takes: 2-13 s per operator measured on a 2-core
@@ -141,7 +148,7 @@ def announce() -> None:
                       CompilingWarning, stacklevel=_caller_level())
 
 
-_INTERNAL = ("custom_ops", "dml_onnx", "numba", "llvmlite", "onnxruntime",
+_INTERNAL = ("dml_onnx", "numba", "llvmlite", "onnxruntime",
              "onnxruntime_extensions", "importlib", "threading", "concurrent", "contextlib",
              "functools")
 """The packages between the application's call and a compilation."""
@@ -162,9 +169,9 @@ def _caller_level() -> int:
 
 def _operator() -> str:
     """The operator whose kernel is running: the ``OP`` of the first kernel module
-    (``custom_ops.<op>``) on this thread's stack, else on another thread's (a loop module that
-    a kernel asked for compiles as it loads, on a helper thread, while the kernel waits); ""
-    where none is found."""
+    (``dml_onnx._kernels.<op>``) on this thread's stack, else on another thread's (a loop
+    module that a kernel asked for compiles as it loads, on a helper thread, while the kernel
+    waits); "" where none is found."""
     this = threading.get_ident()
     stacks = [sys._getframe(1), *(frame for ident, frame in sys._current_frames().items()
                                    if ident != this)]
@@ -172,7 +179,7 @@ def _operator() -> str:
         frame: FrameType | None = top
         while frame is not None:
             name, operator = frame.f_globals.get("__name__", ""), frame.f_globals.get("OP")
-            if (isinstance(operator, str) and name.startswith("custom_ops.")
+            if (isinstance(operator, str) and name.startswith(_PACKAGE + ".")
                     and not name.rpartition(".")[2].startswith("_")):
                 return operator
             frame = frame.f_back
@@ -198,7 +205,7 @@ def compile_aside(function: Any, signature: Any) -> bool:
                 return answer is None
             if answer.how is not None:
                 raise KernelError(
-                    "custom_ops", function.__qualname__, "compiler process", answer.how,
+                    "dml_onnx", function.__qualname__, "compiler process", answer.how,
                     "ended before the loop was compiled (most often: memory ran out); the "
                     "next call starts another")
     return False
@@ -251,8 +258,8 @@ if hasattr(os, "register_at_fork"):
 def serve(root: str, idle_seconds: float) -> None:
     """The compiler process: compile each request's loop (which saves it in numba's cache)
     until stdin ends or ``idle_seconds`` pass without a request. Interrupts are the caller's
-    to handle: SIGINT is ignored here. Where its path found another ``custom_ops`` than the
-    caller's (at ``root``), it ends at once, before saying it is ready: the caller then
+    to handle: SIGINT is ignored here. Where its path found another copy of this package than
+    the caller's (at ``root``), it ends at once, before saying it is ready: the caller then
     compiles itself."""
     global _serving
     if os.path.realpath(_ROOT) != os.path.realpath(root):

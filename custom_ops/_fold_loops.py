@@ -1,4 +1,4 @@
-"""The compiled loops of Fold (specification section 6), by :data:`custom_ops._jit.jit`.
+"""The compiled loops of Fold (specification section 6), by :data:`dml_onnx._kernels._jit.jit`.
 
 One loop folds a plane (:func:`_fold_plane`); the drivers differ in where it sums a plane:
 :func:`fold_planes` in ``Y``, in ``Y``'s element type; :func:`fold_half_planes`, for float16
@@ -10,16 +10,17 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from custom_ops._half_float_loops import narrowed, summand
-from custom_ops._jit import jit, parallel_jit
+from ._half_float_loops import narrowed, summand
+from ._jit import jit, parallel_jit
 
 
 @jit
 def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
     """``y = Fold(x)``: ``x [taps, L]``, its values added as
-    :func:`~custom_ops._half_float_loops.summand` reads them (float16 bits into a float32 ``y``),
-    into ``y [prod(output)]`` flat, row-major with ``pitch[d] = prod(output[d + 1:])``;
-    ``lead_index``: a scratch of ``max(k - 2, 0)`` integers.
+    :func:`~dml_onnx._kernels._half_float_loops.summand` reads them (float16 bits into a
+    float32 ``y``), into ``y [prod(output)]`` flat, row-major with
+    ``pitch[d] = prod(output[d + 1:])``; ``lead_index``: a scratch of ``max(k - 2, 0)``
+    integers.
 
     Tap ``t`` (row-major over the window) and block ``b`` (row-major over the block grid
     ``blocks``): the value at ``(t, b)`` is added at the position

@@ -6,7 +6,7 @@ values travel as their uint16 bits), exactly as numpy converts: :func:`widened` 
 
 Only the ``_*_loops`` modules import this one; their loops are compiled with these parts
 inside (and their caches go stale when this file changes: see
-:func:`custom_ops._jit._stamp_with_imports`)."""
+:func:`dml_onnx._kernels._jit._stamp_with_imports`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from custom_ops._jit import jit
+from ._jit import jit
 
 
 def half_to_float_ir(builder, half_bits, lanes=0):

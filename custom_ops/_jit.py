@@ -3,7 +3,7 @@
 floating-point errors (a division by zero gives infinity or NaN, as the formulas say).
 :data:`parallel_jit` compiles the drivers whose ``prange`` starts one thread per band from
 compiled code (numba's threading layer: OpenMP where the system has it), see
-:func:`custom_ops._threads.run_bands`.
+:func:`dml_onnx._kernels._threads.run_bands`.
 
 Only the ``_*_loops`` modules import this one, and the kernels import those on their first
 call: importing the package does not import numba (about half a second).
@@ -28,7 +28,7 @@ import numba
 from numba.core import event
 from numba.core.registry import cpu_target
 
-from custom_ops._compiler_process import compile_aside
+from ._compiler_process import compile_aside
 
 
 class _Options(TypedDict, total=False):
@@ -48,8 +48,8 @@ def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
     that never fails a call: a damaged file is named in a warning, removed, and the loop
     compiled afresh (numba would raise "Ran out of input" or "Can't get attribute" in every
     process). A loop missing from the cache compiles in the compiler process
-    (:mod:`custom_ops._compiler_process`), so that LLVM running out of memory does not end the
-    caller's. Where numba has no writable place (a read-only install and no writable home:
+    (:mod:`dml_onnx._kernels._compiler_process`), so that LLVM running out of memory does not
+    end the caller's. Where numba has no writable place (a read-only install and no writable home:
     "no locator available"), the loops compile in each process, without a cache."""
     settings: _Options = {**_OPTIONS, **options}
 
@@ -58,7 +58,7 @@ def _compiler(**options: Unpack[_Options]) -> Callable[[Callable], Any]:
             dispatcher = numba.njit(cache=True, **settings)(function)
         except RuntimeError as error:  # no locator available
             if not _uncached:
-                warnings.warn(f"custom_ops: numba has no place for its cache ({error}); the "
+                warnings.warn(f"dml_onnx: numba has no place for its cache ({error}); the "
                               "kernels' loops compile in every process", RuntimeWarning,
                               stacklevel=2)
             _uncached.append(function.__name__)
@@ -73,9 +73,9 @@ def _stamp_with_imports(dispatcher: Any, function: Callable) -> None:
     """Let ``dispatcher``'s cache go stale when a module of its package that ``function``'s
     module imports from changes, not only its own file: numba stamps a cache with the source of
     its function's file alone, while the cached machine code holds the compiled code it calls
-    from other modules (:mod:`custom_ops._half_float_loops`). The stamp becomes numba's with the
-    hash of each such module's source (numba's private parts: where they differ, the stamp is
-    left as numba has it)."""
+    from other modules (:mod:`dml_onnx._kernels._half_float_loops`). The stamp becomes numba's
+    with the hash of each such module's source (numba's private parts: where they differ, the
+    stamp is left as numba has it)."""
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     package, _, _ = function.__module__.rpartition(".")
     if cache_file is None or getattr(cache_file, "_source_stamp", None) is None or not package:
@@ -101,7 +101,7 @@ def _source_hash(path: str) -> str:
 def _hook_cache(dispatcher: Any) -> None:
     """Read ``dispatcher``'s cache as a miss where its files cannot be read back, removing
     a damaged index so that the fresh compilation's save replaces it; on a miss, compile in
-    the compiler process (:mod:`custom_ops._compiler_process`) and load what it cached.
+    the compiler process (:mod:`dml_onnx._kernels._compiler_process`) and load what it cached.
     numba's private parts: where they differ, the cache is left as numba has it."""
     cache = getattr(dispatcher, "_cache", None)
     load = getattr(cache, "load_overload", None)
@@ -114,7 +114,7 @@ def _hook_cache(dispatcher: Any) -> None:
             return load(signature, target_context)
         except Exception as error:  # noqa: BLE001 - any unreadable file: compile instead
             index = cache._cache_file._index_path
-            warnings.warn(f"custom_ops: numba's cache of {dispatcher.py_func.__name__} in "
+            warnings.warn(f"dml_onnx: numba's cache of {dispatcher.py_func.__name__} in "
                           f"{os.path.dirname(index)} cannot be read ({type(error).__name__}: "
                           f"{error}); it is compiled afresh and the cache replaced",
                           RuntimeWarning, stacklevel=3)
@@ -222,7 +222,7 @@ def _set_up_numba() -> None:
     probe left for its first use (:class:`_DeferBlasProbe`). numba does this on its first
     compilation or cache load, where an interrupt in the middle breaks it for the process
     ("duplicate registration"); done here, it is part of this module's import, which runs on
-    a helper thread that signals do not interrupt (custom_ops._threads.compiled)."""
+    a helper thread that signals do not interrupt (dml_onnx._kernels._threads.compiled)."""
     finder = _DeferBlasProbe()
     # new lists, not the list changed in place: another thread's import may be iterating it
     sys.meta_path = [finder, *sys.meta_path]

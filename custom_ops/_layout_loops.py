@@ -1,6 +1,7 @@
-"""The compiled loops of :func:`custom_ops._threads.channels_last` and of the float16 conversions
-of :func:`custom_ops._threads.converted`, by :data:`custom_ops._jit.jit` (numba has no float16
-on the CPU: float16 values travel as their uint16 bits, see :mod:`custom_ops._half_float_loops`)."""
+"""The compiled loops of :func:`dml_onnx._kernels._threads.channels_last` and of the float16
+conversions of :func:`dml_onnx._kernels._threads.converted`, by
+:data:`dml_onnx._kernels._jit.jit` (numba has no float16 on the CPU: float16 values travel as
+their uint16 bits, see :mod:`dml_onnx._kernels._half_float_loops`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
-from custom_ops._half_float_loops import float_to_half, half_to_float, half_to_float_ir
-from custom_ops._halves import HALF_TABLE
-from custom_ops._jit import jit, parallel_jit
+from ._half_float_loops import float_to_half, half_to_float, half_to_float_ir
+from ._halves import HALF_TABLE
+from ._jit import jit, parallel_jit
 
 PIXELS, CHANNELS = 256, 8
 """The tile of one pass: a run of pixels of eight channels (32 bytes of each output row in
@@ -134,7 +135,7 @@ def _transpose_8x8(typingctx, source, start, step, target, first, stride):
     """``target[first + j * stride + k] = source[start + k * step + j]`` for ``j, k < 8``:
     eight vector loads, 24 shuffles, eight vector stores (32-bit values: bits moved, never
     converted; float16 bits: each loaded row converted to float32 exactly, as
-    :func:`~custom_ops._half_float_loops.half_to_float` converts a value)."""
+    :func:`~dml_onnx._kernels._half_float_loops.half_to_float` converts a value)."""
     signature = types.void(source, start, step, target, first, stride)
 
     def codegen(context, builder, sig, args):
@@ -191,7 +192,7 @@ def transpose_runs_bands(cuts, runs, planes, out):
 
 def _compile_every_signature() -> None:
     """Compile (or load from the cache) every signature :func:`channels_last` and
-    :func:`converted` call, while the module loads on :func:`~custom_ops._threads.compiled`'s
+    :func:`converted` call, while the module loads on :func:`~dml_onnx._kernels._threads.compiled`'s
     helper thread: a signal that lands in a compilation on the calling thread breaks the
     dispatcher for the process ("no compiled object yet")."""
     for source, target in ((types.float32, types.float32), (types.uint16, types.float32),

@@ -1,4 +1,4 @@
-"""The compiled loops of LpPooling (specification section 4), by :data:`custom_ops._jit.jit`.
+"""The compiled loops of LpPooling (specification section 4), by :data:`dml_onnx._kernels._jit.jit`.
 
 Planes are ``X [P, D0, D1, D2]`` (inputs of one or two spatial axes get leading axes of size 1,
 with window 1, stride 1, dilation 1, no padding) and ``Y [P, O0, O1, O2]``, both in the compute
@@ -14,8 +14,8 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from custom_ops._half_float_loops import narrowed, widened
-from custom_ops._jit import jit, parallel_jit
+from ._half_float_loops import narrowed, widened
+from ._jit import jit, parallel_jit
 
 
 @jit
@@ -79,8 +79,8 @@ def pool_bands(cuts, X, first_tap, stop_tap, strides, dilations, start, p, Y, un
 @jit
 def _powers(values, p, tiny, power):
     """``power = |values|^p`` (one row; float16 bits read as float32,
-    :func:`~custom_ops._half_float_loops.widened`); whether a nonzero one is below ``tiny`` or
-    infinite."""
+    :func:`~dml_onnx._kernels._half_float_loops.widened`); whether a nonzero one is below
+    ``tiny`` or infinite."""
     if p == 1:
         for e in range(values.size):
             power[e] = abs(widened(power, values[e]))
@@ -117,8 +117,8 @@ def _add(target, target_start, source, source_start, source_step, length):
 @jit
 def _roots(sums, p, out):
     """``out = sums^(1/p)`` for ``p <= 2``, else ``out = sums``, each value as ``out`` stores it
-    (:func:`~custom_ops._half_float_loops.narrowed`: float16 bits, rounded once); whether a sum
-    is infinite."""
+    (:func:`~dml_onnx._kernels._half_float_loops.narrowed`: float16 bits, rounded once);
+    whether a sum is infinite."""
     if p == 2:
         for e in range(sums.size):
             out[e] = narrowed(out, np.sqrt(sums[e]))

@@ -7,7 +7,7 @@ sampled at ``S = OW * n`` points, ``n = clamp(ceil(|size| / OW), minimum, maximu
     sx1 = x1 * spatial_scale_x ; size = x2 * spatial_scale_x - sx1      (may be <= 0)
 
 computed in the compute type (float32 for float16 and float32, float64 for double). Where the
-samples lie and how they are read is :mod:`custom_ops._roi_loops`.
+samples lie and how they are read is :mod:`dml_onnx._kernels._roi_loops`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from custom_ops._checks import (
+from ._checks import (
     UINT32_MAX,
     KernelError,
     check_choice,
@@ -28,8 +28,8 @@ from custom_ops._checks import (
     compute_dtype,
     lowest,
 )
-from custom_ops._threads import compiled
-from custom_ops.limits import check_work
+from ._threads import compiled
+from .limits import check_work
 
 REDUCTIONS = ("average", "max")
 INTERPOLATIONS = ("linear", "nearest_neighbor")

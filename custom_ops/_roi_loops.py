@@ -1,18 +1,18 @@
 """The compiled loops of RoiAlign1 and RoiAlignGrad (specification sections 2, 3).
 
-Compiled by :data:`custom_ops._jit.jit`. Conventions:
+Compiled by :data:`dml_onnx._kernels._jit.jit`. Conventions:
 
 - ``Xt``, ``dXt``: images channels-last, ``[N, H, W, C]``, in the compute type ``ct`` (float32
   for float16 and float32, float64 for double); ``Y``, ``dY``: ``[R, C, OH, OW]`` in ``ct``,
   or ``Y`` for a float16 image as float16 bits (uint16), each value rounded once as it is
-  written (:func:`~custom_ops._half_float_loops.narrowed`).
+  written (:func:`~dml_onnx._kernels._half_float_loops.narrowed`).
   :func:`forward_planar` reads ``X [N, C, H, W]`` where it lies: in ``ct``, or float16 as its
   uint16 bits (:func:`_value`).
 - ``first``, ``size``: ``[2, R]`` (y, then x) scaled first coordinates and sizes in ``ct``,
   ``size = fma(x2, scale, -first)`` rounded once, as DirectML computes it;
-  ``n``: ``[2, R]`` samples per output along each axis (``custom_ops._roi_grid.Plan``).
+  ``n``: ``[2, R]`` samples per output along each axis (``dml_onnx._kernels._roi_grid.Plan``).
 - ``settings``: ``[output_pixel_offset, input_pixel_offset, out_of_bounds, lowest(T)]`` in
-  ``ct`` (``custom_ops._roi_grid.loop_settings``).
+  ``ct`` (``dml_onnx._kernels._roi_grid.loop_settings``).
 
 Along an axis of ``L`` pixels with ``S = O * n`` samples, sample ``s`` (of output ``s // n``) is
 at ``X(s) = first + t(s) * size - input_pixel_offset`` with ``t(s) = (s - output_pixel_offset)
@@ -31,16 +31,16 @@ import numpy as np
 from numba import prange, types
 from numba.extending import overload
 
-from custom_ops._half_float_loops import narrowed, stored_sum, summand
-from custom_ops._halves import HALF_TABLE
-from custom_ops._jit import jit, parallel_jit
+from ._half_float_loops import narrowed, stored_sum, summand
+from ._halves import HALF_TABLE
+from ._jit import jit, parallel_jit
 
 
 def _value(x):
     """A value of an image as the loops compute with it (compiled through
     :func:`_value_of`): uint16 is float16's bits, read as float32 through
-    :data:`~custom_ops._halves.HALF_TABLE` (exact: one load where the branch-free
-    :func:`~custom_ops._half_float_loops.half_to_float`, inlined here, let LLVM order the
+    :data:`~dml_onnx._kernels._halves.HALF_TABLE` (exact: one load where the branch-free
+    :func:`~dml_onnx._kernels._half_float_loops.half_to_float`, inlined here, let LLVM order the
     operands of a NaN's arithmetic otherwise, which changed the sign of NaN outputs); any
     other value is itself."""
     return x
@@ -555,10 +555,10 @@ def scatter_rows(dY, batch, first, size, n, settings, align, linear, average, wi
     """Rows ``row_start:row_stop`` (of the flattened ``[N * H]``) of the image gradient: every
     region's ``dY`` added onto them in ``dXt [N, H, W, C]`` (zeroed here first), then copied to
     ``dX [N, C, H, W]`` (float16 ``dY`` and ``dX`` as their bits beside a float32 ``dXt``:
-    :func:`~custom_ops._half_float_loops.summand`, ``stored_sum``). Each in-bounds sample adds
-    its weight (``dY / (n_y n_x)`` for average, ``dY`` on the winning sample for max) times
-    each corner's weight. Regions, outputs, samples and corners are visited in order, so each
-    element sums in the same order whatever the rows a thread owns."""
+    :func:`~dml_onnx._kernels._half_float_loops.summand`, ``stored_sum``). Each in-bounds
+    sample adds its weight (``dY / (n_y n_x)`` for average, ``dY`` on the winning sample for
+    max) times each corner's weight. Regions, outputs, samples and corners are visited in
+    order, so each element sums in the same order whatever the rows a thread owns."""
     ct = settings.dtype.type
     n_images, height, width, channels = dXt.shape
     regions, _, oh, ow = dY.shape

@@ -1,11 +1,12 @@
-"""The compiled loops of RoiPooling (specification section 1), by :data:`custom_ops._jit.jit`."""
+"""The compiled loops of RoiPooling (specification section 1), by
+:data:`dml_onnx._kernels._jit.jit`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from custom_ops._half_float_loops import narrowed
-from custom_ops._jit import jit
+from ._half_float_loops import narrowed
+from ._jit import jit
 
 EXACT = 2.0 ** 40
 """Rounded corners up to this size, and pooled sizes up to :data:`EXACT_BINS`, keep every bin
@@ -69,7 +70,7 @@ def pool_regions(Xt, batch, hs, he, ws, we, regions, lowest, Y):
     ``Xt[batch[r]] [H, W, C]``, starting at ``lowest`` (the output type's lowest finite value)
     and ignoring NaN; 0 for an empty bin. ``Y`` is in ``Xt``'s type, or float16 bits (uint16)
     for a float32 ``Xt`` of float16 values (each maximum, a float16 value, written exactly by
-    :func:`~custom_ops._half_float_loops.narrowed`)."""
+    :func:`~dml_onnx._kernels._half_float_loops.narrowed`)."""
     channels = Xt.shape[3]
     _, _, ph, pw = Y.shape
     acc = np.empty(channels, Xt.dtype)

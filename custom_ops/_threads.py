@@ -23,9 +23,9 @@ from typing import Literal, TypedDict
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import KernelError
-from custom_ops.limits import work_limit
+from ._buffers import empty
+from ._checks import KernelError
+from .limits import work_limit
 
 
 def channels_last(X: np.ndarray, dtype: np.dtype, runs: np.ndarray | None = None
@@ -35,7 +35,7 @@ def channels_last(X: np.ndarray, dtype: np.dtype, runs: np.ndarray | None = None
     those pixels: the others are left as the array's memory had them.
 
     Up to :data:`GRAIN` values in one numpy call (every pixel); above, by the compiled tiles of
-    :mod:`custom_ops._layout_loops`, in bands of pixels over the threads (started from
+    :mod:`dml_onnx._kernels._layout_loops`, in bands of pixels over the threads (started from
     compiled code: numpy's strided copies, one task per band of channels, held the interpreter
     lock between them and took longer at 16 threads than at 2)."""
     n, c, h, w = X.shape
@@ -227,7 +227,7 @@ class _DaemonPool:
         with self._lock:
             while len(self._threads) < count:
                 thread = threading.Thread(target=self._serve, daemon=True,
-                                          name=f"custom_ops-{len(self._threads)}")
+                                          name=f"dml_onnx-{len(self._threads)}")
                 thread.start()
                 self._threads.append(thread)
 
@@ -366,7 +366,7 @@ def load_threading_layer() -> None:
     if spins_long:
         with contextlib.suppress(Warning):  # error filters must not fail a kernel for a hint
             warnings.warn(
-                "custom_ops: the GNU OpenMP (libgomp) that numba's threads use was loaded "
+                "dml_onnx: the GNU OpenMP (libgomp) that numba's threads use was loaded "
                 "before dml_onnx's kernels could stop its spinning: after every parallel "
                 "launch its idle threads would spin for milliseconds on the cores the next "
                 "onnxruntime node needs, so the kernels use Python threads instead (slower "
@@ -438,7 +438,7 @@ def _threading_layer() -> str | None:
 
 def run_compiled(threads: int, launch: Callable[[], None]) -> bool:
     """Run ``threads`` groups of work on threads started from compiled code: ``launch()``
-    calls a :data:`custom_ops._jit.parallel_jit` driver whose ``prange`` runs one group of a
+    calls a :data:`dml_onnx._kernels._jit.parallel_jit` driver whose ``prange`` runs one group of a
     loop's work per iteration. No interpreter lock passes from thread to thread, which costs
     :func:`run_parallel` some 0.1-0.2 ms per thread on a 16-core server.
 
@@ -527,7 +527,7 @@ _imports_lock = threading.Lock()
 
 
 def compiled(name: str) -> ModuleType:
-    """The module ``custom_ops.<name>`` of compiled loops, imported on its first use.
+    """The module ``dml_onnx._kernels.<name>`` of compiled loops, imported on its first use.
 
     The first import loads numba and the loops' cache (about a second). It runs on a helper
     thread, which signals never interrupt: a Ctrl-C that lands during it reaches the caller
@@ -541,8 +541,8 @@ def compiled(name: str) -> ModuleType:
         loading = _imports.get(name)
         if loading is None:
             loading = _imports[name] = Future()
-            threading.Thread(target=_import, args=(f"custom_ops.{name}", loading),
-                             name="custom_ops-import", daemon=True).start()
+            threading.Thread(target=_import, args=(f"{__package__}.{name}", loading),
+                             name="dml_onnx-import", daemon=True).start()
     module = _loaded[name] = loading.result()
     return module
 
@@ -560,7 +560,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_unfinished_imports)
 
 
-_LOADED_PACKAGES = ("numba", "llvmlite", "custom_ops.")
+_LOADED_PACKAGES = ("numba", "llvmlite", f"{__package__}.")
 """What a compiled module's import loads: where it fails part-way (memory ran out), their
 modules loaded so far are dropped, so that the next call imports them afresh (a half-loaded
 numba failed every later import: "partially initialized module 'numba'")."""
@@ -572,8 +572,8 @@ def _import(module: str, done: Future) -> None:
         before = set(sys.modules)
         try:
             # numba, then its threading layer, which a module that compiles its parallel
-            # drivers as it loads (custom_ops._layout_loops) would load otherwise
-            importlib.import_module("custom_ops._jit")
+            # drivers as it loads (dml_onnx._kernels._layout_loops) would load otherwise
+            importlib.import_module(f"{__package__}._jit")
             load_threading_layer()
             loaded = importlib.import_module(module)
             done.set_result(loaded)
@@ -587,7 +587,7 @@ def _import(module: str, done: Future) -> None:
         del _imports[module.rpartition(".")[2]]
     if isinstance(error, Exception):
         cause, error = error, KernelError(
-            "custom_ops", module, "import", f"{type(error).__name__}: {error}",
+            "dml_onnx", module, "import", f"{type(error).__name__}: {error}",
             "failed (most often: memory ran out); the next call tries again")
         error.__cause__ = cause
     done.set_exception(error)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from custom_ops._checks import KernelError, _count_phrase, check_ints
+from ._checks import KernelError, _count_phrase, check_ints
 
 
 class Window(NamedTuple):

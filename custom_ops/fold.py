@@ -13,7 +13,7 @@ their own type and wrap around like numpy; float32 and float64 accumulate in the
 float16 accumulates in float32 and is rounded once at the end. A dilation of 0 (accepted, as
 DirectML accepts it) gives all zeros, as DirectML's Fold does (**Measured**).
 
-Implementation: the compiled loop of :mod:`custom_ops._fold_loops`, planes ``N * C`` split
+Implementation: the compiled loop of :mod:`dml_onnx._kernels._fold_loops`, planes ``N * C`` split
 over threads (started from compiled code). Per plane the output is zeroed, then every tap adds
 its values line by line (one contiguous run of ``X`` per line of the block grid along the last
 axis), so ``X`` is read once while the plane's output stays in cache. float16 is read as its
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import KernelError, check_ints, check_rank, takes_attributes
-from custom_ops._threads import LayoutMemo, bands, compiled, run_bands
-from custom_ops._window import WindowGeometry, as_key, window_attributes, window_geometry
+from ._buffers import empty
+from ._checks import KernelError, check_ints, check_rank, takes_attributes
+from ._threads import LayoutMemo, bands, compiled, run_bands
+from ._window import WindowGeometry, as_key, window_attributes, window_geometry
 
 OP = "Fold"
 
@@ -114,7 +114,7 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...], zeros: bo
 
 @lru_cache(maxsize=256)
 def _loop_tables(g: WindowGeometry, output: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """The geometry arguments of :func:`custom_ops._fold_loops.fold_planes`: every tap's
+    """The geometry arguments of :func:`dml_onnx._kernels._fold_loops.fold_planes`: every tap's
     offsets ``[taps, k]``, then blocks, strides, output and row-major pitches per axis."""
     taps = np.indices(g.window.sizes).reshape(g.k, -1).T
     offsets = taps * np.array(g.window.dilations) - np.array(g.window.start)

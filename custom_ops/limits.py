@@ -7,7 +7,7 @@
   against a call that would run for minutes: by default :data:`DEFAULT_WORK_LIMIT` values read
   on the slowest path.
 
-The checks raise :class:`~custom_ops.KernelError`. ``dml_onnx`` re-exports the four getters
+The checks raise :class:`~dml_onnx.KernelError`. ``dml_onnx`` re-exports the four getters
 and setters; the limits live here because the kernels cannot import ``dml_onnx``.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._checks import KernelError
+from ._checks import KernelError
 
 MEMORY_FRACTION = 0.25
 """Share of the available memory (measured when the limit is first needed) that the default

@@ -7,7 +7,7 @@
 
 Taps in the zero padding add nothing. float16 is computed in float32 and rounded once.
 
-Implementation: the compiled loops of :mod:`custom_ops._lp_pooling_loops`, planes ``N * C``
+Implementation: the compiled loops of :mod:`dml_onnx._kernels._lp_pooling_loops`, planes ``N * C``
 split over threads, each plane summed axis after axis. Where a nonzero ``|x|^p`` falls below the
 normal range of the compute type or a term or sum overflows, the outputs concerned are
 recomputed scaled by their window's largest ``|x|`` (:func:`_rescale`), so that no sum
@@ -24,16 +24,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import (
+from ._buffers import empty
+from ._checks import (
     check_float_input,
     check_int,
     check_rank,
     compute_dtype,
     takes_attributes,
 )
-from custom_ops._threads import bands, compiled, run_bands
-from custom_ops._window import (
+from ._threads import bands, compiled, run_bands
+from ._window import (
     WindowGeometry,
     as_key,
     check_window_attributes,
@@ -41,7 +41,7 @@ from custom_ops._window import (
     sliding_block_counts,
     tap_ranges,
 )
-from custom_ops.limits import check_memory, check_work, memory_limit, work_limit
+from .limits import check_memory, check_work, memory_limit, work_limit
 
 OP = "LpPooling"
 

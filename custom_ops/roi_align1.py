@@ -18,7 +18,7 @@ reads ``out_of_bounds_input_value``; the others are clamped into the image and r
 ``floor(v + 0.5)`` or by two nested linear interpolations, x first. float16 is computed in
 float32 and rounded once.
 
-Implementation: the compiled loops of :mod:`custom_ops._roi_loops`, regions split over
+Implementation: the compiled loops of :mod:`dml_onnx._kernels._roi_loops`, regions split over
 threads, over a channels-last copy of X where the samples read at least as many values as X
 holds (float16: :data:`PLANAR_SHARE` of them; of a large image of many channels, only the
 pixels the regions read: :data:`RUN_CHANNELS`), else over X where it lies (float16 as its
@@ -38,15 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import (
+from ._buffers import empty
+from ._checks import (
     check_float_input,
     check_ints,
     check_rank,
     compute_dtype,
     takes_attributes,
 )
-from custom_ops._roi_grid import (
+from ._roi_grid import (
     SAMPLE_LIMIT,
     Plan,
     Sampling,
@@ -57,7 +57,7 @@ from custom_ops._roi_grid import (
     loop_settings,
     region_arrays,
 )
-from custom_ops._threads import (
+from ._threads import (
     LayoutMemo,
     channels_last,
     compiled,
@@ -79,7 +79,7 @@ it, on the 2-core machine: 15.4 ms read where it lies, 12.0 ms copied; float32 8
 ms)."""
 RUN_CHANNELS = 16
 """Larger images of at least this many channels are copied channels-last only where the
-regions read them (:func:`~custom_ops._roi_loops.read_runs`, which costs about what a copy
+regions read them (:func:`~dml_onnx._kernels._roi_loops.read_runs`, which costs about what a copy
 of a few channels does): a detector's finest FPN level is read in part (Faster R-CNN's P2 in
 the benchmark, 133 regions: 0.72 of its pixels)."""
 RUN_GAP = 2
@@ -92,7 +92,7 @@ def prepare(*, node: str = "", output_size: Sequence[int], out_of_bounds_input_v
             **shared: Any) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
     """:func:`roi_align1` for one node, its attributes checked once: ``run(X, rois,
     batch_indices) -> Y``. The sampling attributes are those of
-    :func:`~custom_ops._roi_grid.check_sampling`."""
+    :func:`~dml_onnx._kernels._roi_grid.check_sampling`."""
     oh, ow = check_ints(OP, node, "output_size", output_size, minimum=1, length=2)
     sampling = check_sampling(OP, node, **shared)
     # Any float is allowed, infinities and NaN included (-inf keeps such samples out of a max).
@@ -161,7 +161,7 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
 def _read_runs(loops: Any, X: np.ndarray, plan: Plan, size: tuple[int, int], sampling: Sampling,
                settings: np.ndarray) -> np.ndarray | None:
     """The runs of pixels of ``X`` that the regions read (see
-    :func:`~custom_ops._roi_loops.read_runs`), for a copy of those alone; None (copy every
+    :func:`~dml_onnx._kernels._roi_loops.read_runs`), for a copy of those alone; None (copy every
     pixel) for fewer than :data:`RUN_CHANNELS` channels, or where the runs hold them all."""
     if X.shape[1] < RUN_CHANNELS:
         return None

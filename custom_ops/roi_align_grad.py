@@ -1,8 +1,9 @@
 """RoiAlignGrad: DML_ROI_ALIGN_GRAD_OPERATOR_DESC as a kernel (specification section 3).
 
-The backward of :mod:`custom_ops.roi_align1`, torchvision.ops style. Inputs: ``X [N, C, H, W]``
-(optional: ``input_shape`` stands in for its shape when only ``dX`` is wanted with average
-reduction), ``dY [R, C, OH, OW]``, ``rois`` and ``batch_indices`` as RoiAlign1. Outputs:
+The backward of :mod:`dml_onnx._kernels.roi_align1`, torchvision.ops style. Inputs:
+``X [N, C, H, W]`` (optional: ``input_shape`` stands in for its shape when only ``dX`` is
+wanted with average reduction), ``dY [R, C, OH, OW]``, ``rois`` and ``batch_indices`` as
+RoiAlign1. Outputs:
 
 - ``dX [N, C, H, W]``, the exact adjoint of RoiAlign1's map ``X -> Y``: every ``dY`` value is
   scattered onto the pixels its samples read, with the forward weights (``1 / (n_y n_x)``
@@ -23,7 +24,7 @@ reduction), ``dY [R, C, OH, OW]``, ``rois`` and ``batch_indices`` as RoiAlign1. 
 
 Same sample grid and attributes as RoiAlign1, less ``output_size`` (dY's last two sizes) and
 ``out_of_bounds_input_value``. float16 is computed in float32 and rounded once.
-Implementation: the compiled loops of :mod:`custom_ops._roi_loops`. Winners (max) and
+Implementation: the compiled loops of :mod:`dml_onnx._kernels._roi_loops`. Winners (max) and
 ``drois`` are found region by region on the threads; ``dX`` is scattered by bands of image rows,
 one per thread, each visiting every region in order (the result does not depend on the thread
 count) and copying its rows to ``dX`` channels-first at the end.
@@ -37,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import (
+from ._buffers import empty
+from ._checks import (
     KernelError,
     check_float_input,
     check_ints,
@@ -46,7 +47,7 @@ from custom_ops._checks import (
     compute_dtype,
     takes_attributes,
 )
-from custom_ops._roi_grid import (
+from ._roi_grid import (
     Plan,
     Sampling,
     check_image_shape,
@@ -55,7 +56,7 @@ from custom_ops._roi_grid import (
     check_sampling,
     loop_settings,
 )
-from custom_ops._threads import (
+from ._threads import (
     bands,
     channels_last,
     compiled,
@@ -64,7 +65,7 @@ from custom_ops._threads import (
     run_bands,
     run_parallel,
 )
-from custom_ops.limits import check_memory
+from .limits import check_memory
 
 OP = "RoiAlignGrad"
 OUT_OF_BOUNDS = 0.0  # what out-of-bounds samples read when looking for the maximum
@@ -77,7 +78,7 @@ def prepare(*, node: str = "", input_shape: Sequence[int] | None, compute_dx: bo
                           tuple[np.ndarray | None, np.ndarray | None]]:
     """:func:`roi_align_grad` for one node, its attributes checked once: ``run(X, dY, rois,
     batch_indices) -> (dX, drois)``. The sampling attributes are those of
-    :func:`~custom_ops._roi_grid.check_sampling`; ``compute_dx`` and ``compute_drois`` name
+    :func:`~dml_onnx._kernels._roi_grid.check_sampling`; ``compute_dx`` and ``compute_drois`` name
     the requested outputs; ``exact_roi_gradient`` asks for the exact derivative as ``drois``
     (what training needs; ``dml_onnx.torch`` autograd) instead of DirectML's."""
     sampling = check_sampling(OP, node, **shared)
@@ -191,7 +192,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
               dX: np.ndarray | None, drois: np.ndarray, settings: np.ndarray,
               exact: bool) -> None:
     """Fill ``drois`` (when it has rows) and ``dX`` (when given); ``settings`` as
-    :func:`~custom_ops._roi_grid.loop_settings`."""
+    :func:`~dml_onnx._kernels._roi_grid.loop_settings`."""
     loops = compiled("_roi_loops")
 
     sampling = plan.sampling

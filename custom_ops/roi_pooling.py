@@ -18,11 +18,11 @@ measures: a bin of only NaN or -inf gives ``lowest(T)``. float16 is computed in 
 rounded once at the end (max is exact, so this is float16's own max; numpy's float16 maximum
 is slow).
 
-Implementation: the compiled loops of :mod:`custom_ops._roi_pooling_loops` check the rows and
+Implementation: the compiled loops of :mod:`dml_onnx._kernels._roi_pooling_loops` check the rows and
 compute every bin edge in int64, then pool over a channels-last copy of X (contiguous runs of
 ``C`` values), regions split over threads (a call small enough for one thread: both in one
 compiled call). Rows that are invalid or lie beyond
-:data:`~custom_ops._roi_pooling_loops.EXACT` take a vectorised numpy path instead, which
+:data:`~dml_onnx._kernels._roi_pooling_loops.EXACT` take a vectorised numpy path instead, which
 raises the first row's error or computes the edges exactly in Python integers.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._buffers import empty
-from custom_ops._checks import (
+from ._buffers import empty
+from ._checks import (
     KernelError,
     check_finite,
     check_float_input,
@@ -46,7 +46,7 @@ from custom_ops._checks import (
     lowest,
     takes_attributes,
 )
-from custom_ops._threads import (
+from ._threads import (
     LayoutMemo,
     channels_last,
     compiled,
@@ -54,7 +54,7 @@ from custom_ops._threads import (
     run_parallel,
     serial_work,
 )
-from custom_ops.limits import check_memory, memory_limit
+from .limits import check_memory, memory_limit
 
 OP = "RoiPooling"
 

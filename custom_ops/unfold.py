@@ -15,7 +15,7 @@ itself when they read no padding), builds a ``[N, C, window..., blocks...]`` str
 it and copies that view into the output in one pass. Outputs of up to :data:`SMALL` elements
 are instead one gather of ``X``'s values by an index cached per shape and attributes (the
 strided path run once on the positions themselves). The window geometry, which Fold (Unfold's
-adjoint) shares, is in :mod:`custom_ops._window`.
+adjoint) shares, is in :mod:`dml_onnx._kernels._window`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from custom_ops._buffers import empty
-from custom_ops._checks import KernelError, check_rank, takes_attributes
-from custom_ops._threads import bands, run_parallel
-from custom_ops._window import (
+from ._buffers import empty
+from ._checks import KernelError, check_rank, takes_attributes
+from ._threads import bands, run_parallel
+from ._window import (
     WindowGeometry,
     as_key,
     padded_copy_slices,
@@ -40,7 +40,7 @@ from custom_ops._window import (
     window_attributes,
     window_geometry,
 )
-from custom_ops.limits import check_memory, memory_limit
+from .limits import check_memory, memory_limit
 
 OP = "Unfold"
 SMALL = 1 << 12
@@ -143,7 +143,7 @@ def unfold(X: np.ndarray, *, node: str = "", **attributes: Any) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _check_attributes(node: str, *attributes: tuple[int, ...]) -> None:
-    """:func:`~custom_ops._window.window_attributes` (cached; invalid ones raise every
+    """:func:`~dml_onnx._kernels._window.window_attributes` (cached; invalid ones raise every
     time)."""
     window_attributes(OP, node, *attributes)
 

@@ -23,12 +23,12 @@ from dml_onnx._declare import declare_with_extension
 from dml_onnx._renamed import PACKAGE_RENAMED, warn_renamed
 
 if TYPE_CHECKING:  # the names _EXPORTS and _INTERNALS load lazily, for type checkers
-    from custom_ops import KernelError as KernelError
-    from custom_ops._compiler_process import CompilingWarning as CompilingWarning
-    from custom_ops.limits import memory_limit as memory_limit
-    from custom_ops.limits import set_memory_limit as set_memory_limit
-    from custom_ops.limits import set_work_limit as set_work_limit
-    from custom_ops.limits import work_limit as work_limit
+    from dml_onnx._kernels import KernelError as KernelError
+    from dml_onnx._kernels._compiler_process import CompilingWarning as CompilingWarning
+    from dml_onnx._kernels.limits import memory_limit as memory_limit
+    from dml_onnx._kernels.limits import set_memory_limit as set_memory_limit
+    from dml_onnx._kernels.limits import set_work_limit as set_work_limit
+    from dml_onnx._kernels.limits import work_limit as work_limit
     from dml_onnx.builders import IR_VERSION as IR_VERSION
     from dml_onnx.builders import STANDARD_OPSET as STANDARD_OPSET
     from dml_onnx.builders import make_model as make_model
@@ -56,9 +56,10 @@ if TYPE_CHECKING:  # the names _EXPORTS and _INTERNALS load lazily, for type che
     from dml_onnx.standard import with_functions as with_functions
 
 _EXPORTS = {
-    "custom_ops": ("KernelError",),
-    "custom_ops._compiler_process": ("CompilingWarning",),
-    "custom_ops.limits": ("memory_limit", "set_memory_limit", "set_work_limit", "work_limit"),
+    "dml_onnx._kernels": ("KernelError",),
+    "dml_onnx._kernels._compiler_process": ("CompilingWarning",),
+    "dml_onnx._kernels.limits": ("memory_limit", "set_memory_limit", "set_work_limit",
+                                 "work_limit"),
     "dml_onnx.builders": ("IR_VERSION", "STANDARD_OPSET", "make_model"),
     "dml_onnx.check": ("model_problems",),
     "dml_onnx.definition": ("DOMAIN", "DOMAIN_VERSION"),

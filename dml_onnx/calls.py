@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from custom_ops._checks import KernelError, compute_dtype
-from custom_ops.limits import check_memory, memory_limit
+from dml_onnx._kernels._checks import KernelError, compute_dtype
+from dml_onnx._kernels.limits import check_memory, memory_limit
 from dml_onnx.definition import Shape, known
 
 if TYPE_CHECKING:

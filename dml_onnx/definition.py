@@ -1,7 +1,7 @@
 """The operator definition: one object per operator drives every layer.
 
 An :class:`OpDefinition` names the inputs, outputs, type constraints and attributes (with
-defaults and docs) of one operator, points at its kernel module in ``custom_ops`` and its
+defaults and docs) of one operator, points at its kernel module in ``dml_onnx._kernels`` and its
 reference module in ``dml_onnx.reference_ops``, and carries its shape function. From it come
 the onnx schema (with type and shape inference: :mod:`dml_onnx.schemas`), the node builder,
 the onnxruntime binding and the reference-evaluator op (calling it through
@@ -26,9 +26,9 @@ from typing import Any, TypeGuard, cast
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
 
-from custom_ops._checks import KernelError
 from dml_onnx._domain import DOMAIN as DOMAIN
 from dml_onnx._domain import DOMAIN_VERSION as DOMAIN_VERSION
+from dml_onnx._kernels._checks import KernelError
 from dml_onnx._renamed import renamed_attribute
 from dml_onnx.form import StandardNode
 
@@ -129,7 +129,7 @@ class Example:
 class OpDefinition:
     """Everything about one operator of the ``dml_onnx`` domain.
 
-    ``kernel`` is the operator's module ``custom_ops.<op>`` and ``reference`` its module
+    ``kernel`` is the operator's module ``dml_onnx._kernels.<op>`` and ``reference`` its module
     ``dml_onnx.reference_ops.<op>``; by the naming rule the definition takes from them
     :attr:`prepare`, :attr:`compute` and :attr:`compute_reference`.
     ``infer_shapes(input_shapes, attributes, node)`` gives the output shapes (``None`` for an
@@ -145,7 +145,7 @@ class OpDefinition:
     type_constraints: dict[str, tuple[str, ...]]
     attributes: tuple[Attribute, ...]
     kernel: ModuleType
-    """``custom_ops.<op>``: ``prepare(node=..., **attributes)``, the kernel with a node's
+    """``dml_onnx._kernels.<op>``: ``prepare(node=..., **attributes)``, the kernel with a node's
     attributes checked once (:class:`KernelError` for a bad value or an unknown name), a
     callable of the inputs alone; ``<op>(*inputs, node=..., **attributes)``, the one-shot
     call, which computes the outputs (a tuple for several)."""

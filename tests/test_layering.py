@@ -1,7 +1,8 @@
-"""The layers import downward only: ``custom_ops`` (the kernels) < ``dml_onnx.ops`` and
-``dml_onnx.reference_ops`` < the rest of ``dml_onnx``; and no operator's module imports
-another operator's module in the same layer (what operators share lives in the layer's
-``_``-prefixed modules)."""
+"""The layers import downward only: the kernels (the folder ``custom_ops/``, loaded as
+``dml_onnx._kernels``) < ``dml_onnx.ops`` and ``dml_onnx.reference_ops`` < the rest of
+``dml_onnx``; no operator's module imports another operator's module in the same layer (what
+operators share lives in the layer's ``_``-prefixed modules); and nothing imports the kernels
+by the folder's name, so that they load once, under the package's name."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from dml_onnx.builders import snake
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATOR_MODULES = {snake(d.name) for d in dml_onnx.OPERATORS}
-LAYERS = {"custom_ops": "custom_ops", "dml_onnx/ops": "dml_onnx.ops",
+LAYERS = {"custom_ops": "dml_onnx._kernels", "dml_onnx/ops": "dml_onnx.ops",
           "dml_onnx/reference_ops": "dml_onnx.reference_ops"}
 
 
 def imported(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth of its code (``from a import b``: ``a``
     and ``a.b``, since ``b`` may be a module)."""
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    folder = path.parent.relative_to(ROOT).as_posix()
+    package = LAYERS.get(folder, folder.replace("/", "."))
     modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -49,10 +51,18 @@ def test_no_operator_module_imports_another_operators_module(folder):
         assert not imported(path) & siblings, (folder, path.name)
 
 
+def test_the_kernels_import_nothing_of_the_domain_but_themselves_and_no_onnx():
+    for path in sorted((ROOT / "custom_ops").glob("*.py")):
+        found = {m for m in imported(path)
+                 if m.split(".")[0] in ("onnx", "onnxruntime", "onnxruntime_extensions")
+                 or m.split(".")[0] == "dml_onnx" and not m.startswith("dml_onnx._kernels")}
+        assert not found, (path.name, found)
+
+
 def test_the_references_import_no_other_part_of_the_domain():
     for path in sorted((ROOT / "dml_onnx" / "reference_ops").glob("*.py")):
         upward = {m for m in imported(path) if m.split(".")[0] == "dml_onnx"
-                  and not m.startswith("dml_onnx.reference_ops")}
+                  and not m.startswith(("dml_onnx.reference_ops", "dml_onnx._kernels"))}
         assert not upward, (path.name, upward)
 
 
@@ -66,3 +76,12 @@ def test_the_operator_definitions_import_nothing_above_their_layer():
         found = {m for m in imported(path) if m.startswith(above)
                  and not m.startswith("dml_onnx.reference_ops")}
         assert not found, (path.name, found)
+
+
+def test_nothing_imports_the_kernels_by_their_folders_name():
+    """``custom_ops`` is the kernels' folder in the repository, not a module: a user's own
+    ``custom_ops`` must shadow nothing, and the kernels must not load twice."""
+    for folder in ("custom_ops", "dml_onnx", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found = {m for m in imported(path) if m.split(".")[0] == "custom_ops"}
+            assert not found, (path.relative_to(ROOT).as_posix(), found)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import dml_onnx
-from custom_ops import KernelError
 from dml_onnx import raising
+from dml_onnx._kernels import KernelError
 from dml_onnx.builders import snake
 from dml_onnx.conformance import example_case
 from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS
@@ -33,14 +33,24 @@ def _imported_modules(path: Path) -> set[str]:
     return modules
 
 
-def test_custom_ops_never_imports_dml_onnx():
+def test_the_kernels_never_import_the_domain_package_or_onnx():
+    """The kernels (``custom_ops/``, loaded as ``dml_onnx._kernels``) import one another
+    relatively, and loading them all loads no other module of ``dml_onnx`` than a bare
+    ``import dml_onnx`` does (their parent package), nor onnx."""
     sources = sorted((ROOT / "custom_ops").glob("*.py"))
     assert sources
     for path in sources:
         modules = _imported_modules(path)
-        assert not {m for m in modules if m.split(".")[0] in ("dml_onnx", "onnx")}, path.name
-    names = ", ".join(f"custom_ops.{p.stem}" for p in sources if p.stem != "__init__")
-    code = f"import sys, {names}\nassert not [m for m in sys.modules if m.startswith('dml_onnx')]"
+        assert not {m for m in modules if m.split(".")[0] in ("dml_onnx", "onnx", "custom_ops")
+                    }, path.name
+        assert all(node.level <= 1 for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.ImportFrom)), path.name  # nothing above the package
+    names = ", ".join(f"dml_onnx._kernels.{p.stem}" for p in sources if p.stem != "__init__")
+    code = ("import sys, dml_onnx\nbare = set(sys.modules)\n"
+            f"import {names}\n"
+            "assert 'onnx' not in sys.modules\n"
+            "assert not [m for m in set(sys.modules) - bare if m.startswith('dml_onnx')"
+            " and not (m + '.').startswith('dml_onnx._kernels.')]")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -49,11 +59,12 @@ def test_custom_ops_never_imports_dml_onnx():
 def test_every_operator_has_one_module_per_layer_with_one_signature():
     for definition in dml_onnx.OPERATORS:
         module = snake(definition.name)
-        for layer in ("custom_ops", "dml_onnx/ops", "dml_onnx/reference_ops"):
+        for layer in ("custom_ops", "dml_onnx/_kernels", "dml_onnx/ops",
+                      "dml_onnx/reference_ops"):
             assert (ROOT / layer / f"{module}.py").is_file(), (layer, module)
-        assert definition.kernel.__name__ == f"custom_ops.{module}"
+        assert definition.kernel.__name__ == f"dml_onnx._kernels.{module}"
         assert definition.reference.__name__ == f"dml_onnx.reference_ops.{module}"
-        for function, layer in ((definition.compute, "custom_ops"),
+        for function, layer in ((definition.compute, "dml_onnx._kernels"),
                                 (definition.compute_reference, "dml_onnx.reference_ops")):
             assert function.__module__ == f"{layer}.{module}"
             assert function.__name__ == module
@@ -84,11 +95,11 @@ def _base_attributes(definition) -> dict:
 
 
 def test_every_kernel_prepares_exactly_the_tables_attributes():
-    """``custom_ops.<op>.prepare`` takes the table's attributes (and the kernel options) by
+    """``dml_onnx._kernels.<op>.prepare`` takes the table's attributes (and the kernel options) by
     name, every one of them, and refuses a name the table lacks or a required one missing
     with a KernelError."""
     for definition in dml_onnx.OPERATORS:
-        module = importlib.import_module(f"custom_ops.{snake(definition.name)}")
+        module = importlib.import_module(f"dml_onnx._kernels.{snake(definition.name)}")
         assert callable(module.prepare), definition.name
         attributes = _base_attributes(definition)
         assert set(definition.attribute_names) <= set(attributes)

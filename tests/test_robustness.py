@@ -17,8 +17,8 @@ import onnx
 import pytest
 
 import dml_onnx
-from custom_ops import limits
 from dml_onnx import calls, cli
+from dml_onnx._kernels import limits
 from tests._support import bad_inputs
 from tests._support.bad_input_cases import CASES
 from tests._support.bad_inputs import (

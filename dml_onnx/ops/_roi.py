@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
-from custom_ops._checks import UINT32_MAX, KernelError
+from dml_onnx._kernels._checks import UINT32_MAX, KernelError
 from dml_onnx.definition import FLOAT_TYPES, INDEX_TYPES, Attribute, Dim, Parameter, Shape
 
 SAMPLING_ATTRIBUTES = (

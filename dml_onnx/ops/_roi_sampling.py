@@ -8,7 +8,7 @@ values are placed ``[R, OH, MY, 1, 1, 1]``, x values ``[R, 1, 1, OW, MX, 1]``. T
 read as rows ``[N * H * W, C]`` (pixel ``(b, y, x)`` at row ``(b * H + y) * W + x``).
 
 Everything is computed in the compute type (float32 for float16 and float, float64 for
-double), coordinates operation for operation as ``custom_ops.roi_align1`` computes them, so
+double), coordinates operation for operation as ``dml_onnx._kernels.roi_align1`` computes them, so
 that floor, clamping and the out-of-bounds test decide exactly as the kernel does. Every
 coordinate is clamped into the image and an out-of-bounds one replaced by 0 before reading, so
 every read (samples that are not valid included) is in range.
@@ -183,7 +183,7 @@ class RoiGrid:
 
     def _fused_difference(self, last: str, scale: float, scaled_first: str) -> str:
         """``last * scale - scaled_first`` rounded once (a fused multiply-add), as
-        ``custom_ops._roi_loops.fused_difference`` computes it: in double, with Dekker's
+        ``dml_onnx._kernels._roi_loops.fused_difference`` computes it: in double, with Dekker's
         error-free product (exact, error 0, for float32 values); where it is not finite
         (an overflow in the split) the plain difference stands in."""
         node, double = self.node, TensorProto.DOUBLE

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from custom_ops._checks import KernelError
-from custom_ops._window import Window, sliding_block_counts
+from dml_onnx._kernels._checks import KernelError
+from dml_onnx._kernels._window import Window, sliding_block_counts
 from dml_onnx.definition import Attribute, Dim, Shape, known
 from dml_onnx.form import StandardNode
 

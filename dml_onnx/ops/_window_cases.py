@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from onnx import TensorProto, helper
 
-from custom_ops._window import Window, sliding_block_counts
+from dml_onnx._kernels._window import Window, sliding_block_counts
 from dml_onnx.definition import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, Example
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 from onnx import NodeProto, TensorProto, helper
 
-from custom_ops import fold as kernel
-from custom_ops._checks import KernelError
-from custom_ops._window import sliding_block_counts
+from dml_onnx._kernels import fold as kernel
+from dml_onnx._kernels._checks import KernelError
+from dml_onnx._kernels._window import sliding_block_counts
 from dml_onnx.definition import (
     NUMERIC_TYPES,
     Attribute,

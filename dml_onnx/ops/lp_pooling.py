@@ -7,7 +7,7 @@ from typing import Any
 
 from onnx import NodeProto, TensorProto
 
-from custom_ops import lp_pooling as kernel
+from dml_onnx._kernels import lp_pooling as kernel
 from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode, op_version
 from dml_onnx.ops._window import (

@@ -7,7 +7,7 @@ from typing import Any
 
 from onnx import NodeProto
 
-from custom_ops import roi_align1 as kernel
+from dml_onnx._kernels import roi_align1 as kernel
 from dml_onnx.definition import Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import (

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from onnx import NodeProto, TensorProto
 
-from custom_ops import roi_pooling as kernel
+from dml_onnx._kernels import roi_pooling as kernel
 from dml_onnx.definition import FLOAT_TYPES, Attribute, OpDefinition, Parameter, Shape
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi import lowest, roi_count, spatial_image

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from onnx import NodeProto
 
-from custom_ops import unfold as kernel
+from dml_onnx._kernels import unfold as kernel
 from dml_onnx.definition import ANY_TYPES, OpDefinition, Parameter, Shape, product
 from dml_onnx.form import DIRECTML_MAX_RANK, StandardNode
 from dml_onnx.ops._window import (

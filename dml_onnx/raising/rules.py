@@ -9,7 +9,7 @@ from typing import Any
 
 import onnx
 
-from custom_ops._checks import UINT32_MAX
+from dml_onnx._kernels._checks import UINT32_MAX
 from dml_onnx.definition import node_label
 from dml_onnx.form import StandardNode
 from dml_onnx.ops._roi_sampling import edge_regions, replace_regions

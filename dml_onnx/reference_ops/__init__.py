@@ -3,7 +3,7 @@
 These are the project's second, independent implementation, as ``onnx.reference`` is of
 onnxruntime: each function is written straight from the operator specification, one output
 element at a time, in float64 (Python floats) where the specification allows, and rounded
-once to the output type. They share no numeric code with the fast kernels in ``custom_ops``
+once to the output type. They share no numeric code with the fast kernels in ``dml_onnx._kernels``
 (only the kernels' input checks, so that both raise the same errors), are slow, and are meant
 for small inputs: the conformance suite's expected outputs, :class:`dml_onnx.ReferenceEvaluator`
 and the tests that hold the kernels to them.

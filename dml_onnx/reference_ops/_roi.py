@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from custom_ops._roi_grid import Sampling, scaled_region_overflow
-from custom_ops.limits import check_work
+from dml_onnx._kernels._roi_grid import Sampling, scaled_region_overflow
+from dml_onnx._kernels.limits import check_work
 
 ComputeType = type[np.float32] | type[np.float64]
 

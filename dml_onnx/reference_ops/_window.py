@@ -1,6 +1,6 @@
 """What the sliding-window references (LpPooling, Unfold, Fold) share, from the spec formulas:
 the block counts and the position each tap reads (the window attributes with their defaults
-are :class:`custom_ops._window.Window`).
+are :class:`dml_onnx._kernels._window.Window`).
 
 Spatial positions are tuples of k ints. Block ``b`` (``b_1..b_k``) and window tap ``i``
 (``i_1..i_k``) read the padded input at ``b * stride + i * dilation``, that is the unpadded
@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
-from custom_ops._window import Window
+from dml_onnx._kernels._window import Window
 
 
 def grid(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._window import Window
-from custom_ops.fold import check_input
+from dml_onnx._kernels._window import Window
+from dml_onnx._kernels.fold import check_input
 from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._checks import check_float_input, check_rank
-from custom_ops._window import Window, sliding_block_counts
-from custom_ops.limits import check_work
-from custom_ops.lp_pooling import OP
+from dml_onnx._kernels._checks import check_float_input, check_rank
+from dml_onnx._kernels._window import Window, sliding_block_counts
+from dml_onnx._kernels.limits import check_work
+from dml_onnx._kernels.lp_pooling import OP
 from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 

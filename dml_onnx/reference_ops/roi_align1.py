@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._checks import check_float_input, check_rank
-from custom_ops._roi_grid import check_image_shape, check_regions, check_sampling
-from custom_ops.roi_align1 import OP
+from dml_onnx._kernels._checks import check_float_input, check_rank
+from dml_onnx._kernels._roi_grid import check_image_shape, check_regions, check_sampling
+from dml_onnx._kernels.roi_align1 import OP
 from dml_onnx.reference_ops._roi import (
     ComputeType,
     check_scaled,
@@ -43,7 +43,7 @@ def roi_align1(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *, no
                output_size: Sequence[int], out_of_bounds_input_value: float,
                **shared: Any) -> np.ndarray:
     """``Y [R, C, OH, OW]``: each region of ``X [N, C, H, W]`` resampled to ``output_size``
-    (the sampling attributes: :func:`~custom_ops._roi_grid.check_sampling`)."""
+    (the sampling attributes: :func:`~dml_onnx._kernels._roi_grid.check_sampling`)."""
     X, rois, batch_indices = np.asarray(X), np.asarray(rois), np.asarray(batch_indices)
     check_float_input(OP, node, "X", X)
     check_rank(OP, node, "X", X, (4,))

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from custom_ops._roi_grid import Sampling, check_regions, check_sampling
-from custom_ops.roi_align_grad import (
+from dml_onnx._kernels._roi_grid import Sampling, check_regions, check_sampling
+from dml_onnx._kernels.roi_align_grad import (
     OP,
     check_gradient_shape,
     check_images,
@@ -68,7 +68,7 @@ def roi_align_grad(X: np.ndarray | None, dY: np.ndarray, rois: np.ndarray,
                    exact_roi_gradient: bool = False, **shared: Any
                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``(dX, drois)`` of RoiAlign1 for the output gradient ``dY`` (the sampling attributes:
-    :func:`~custom_ops._roi_grid.check_sampling`)."""
+    :func:`~dml_onnx._kernels._roi_grid.check_sampling`)."""
     check_signature(node=node, x_given=X is not None, compute_dx=compute_dx,
                     compute_drois=compute_drois,
                     reduction_function=shared["reduction_function"], input_shape=input_shape)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops.roi_pooling import check_inputs, check_regions
+from dml_onnx._kernels.roi_pooling import check_inputs, check_regions
 
 
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_size: Sequence[int],

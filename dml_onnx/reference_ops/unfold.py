@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from custom_ops._window import Window, sliding_block_counts
-from custom_ops.unfold import OP, check_input
+from dml_onnx._kernels._window import Window, sliding_block_counts
+from dml_onnx._kernels.unfold import OP, check_input
 from dml_onnx.reference_ops._window import block_counts, grid, reads
 
 

@@ -37,9 +37,9 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from custom_ops import KernelError
-from custom_ops._threads import workers
 from dml_onnx import calls
+from dml_onnx._kernels import KernelError
+from dml_onnx._kernels._threads import workers
 from dml_onnx.builders import make_model
 from dml_onnx.definition import RUNTIME_DOMAIN, OpDefinition
 from dml_onnx.ops import OPERATORS, OPERATORS_BY_NAME
@@ -72,7 +72,7 @@ _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go throug
 FLOAT16_CONVERTING = frozenset({"LpPooling", "RoiAlign1", "RoiPooling"})
 """Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
 them to float32 over the threads (in their channels-last copy, by
-:func:`custom_ops._threads.converted`, or as their compiled loops read them: LpPooling), from
+:func:`dml_onnx._kernels._threads.converted`, or as their compiled loops read them: LpPooling), from
 :data:`FLOAT16_THREADS` threads on."""
 FLOAT16_THREADS = 8
 """With fewer threads, onnxruntime's one-thread vectorised ``Cast`` converts float16 to

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from custom_ops.roi_pooling import roi_pooling_argmax
 from dml_onnx import calls
+from dml_onnx._kernels.roi_pooling import roi_pooling_argmax
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import OPERATORS_BY_NAME
 
@@ -241,7 +241,7 @@ def _lp_pooling_backward(ctx: Any, dY: Tensor) -> tuple:
 def _roi_pooling_argmax(X: Tensor, rois: Tensor, pooled_size: list[int],
                         spatial_scale: float) -> Tensor:
     """Where RoiPooling's bin maxima came from: int64 flat positions in X, -1 for an empty bin
-    (:func:`custom_ops.roi_pooling.roi_pooling_argmax`)."""
+    (:func:`dml_onnx._kernels.roi_pooling.roi_pooling_argmax`)."""
     return torch.from_numpy(roi_pooling_argmax(
         X.detach().numpy(), rois.detach().numpy(), pooled_size=pooled_size,
         spatial_scale=spatial_scale, node=_node(OPERATORS_BY_NAME["RoiPooling"])))

@@ -6,7 +6,7 @@ torchvision's arguments with its defaults: ``input [N, C, H, W]``, boxes as ``Te
 or a list of ``Tensor[L, 4]`` (one per image); ``output_size`` an int or ``(height, width)``.
 They compute with DirectML's rules (RoiAlign1 and RoiPooling), where torchvision's differ
 (``docs/converting.md`` says where); bad box shapes raise torchvision's ``AssertionError``,
-bad values a :class:`~custom_ops.KernelError` (a ``RuntimeError``, as torchvision's
+bad values a :class:`~dml_onnx.KernelError` (a ``RuntimeError``, as torchvision's
 kernels raise). All are scriptable and run under ``torch.compile``; quantized inputs are not
 taken (the kernels compute in floating point).
 """

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops._window import sliding_block_counts
+from dml_onnx._kernels._window import sliding_block_counts
 from dml_onnx.definition import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, OpDefinition
 from dml_onnx.ops._window_cases import element_dtypes
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops._checks import UINT32_MAX
 from dml_onnx import calls
+from dml_onnx._kernels._checks import UINT32_MAX
 from dml_onnx.builders import single_node_model
 from dml_onnx.form import NATIVE_VERSIONS, op_version
 from dml_onnx.ops import OPERATORS_BY_NAME

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops._window import sliding_block_counts
 from dml_onnx import calls
+from dml_onnx._kernels._window import sliding_block_counts
 from dml_onnx.builders import single_node_model, snake
 from dml_onnx.definition import OpDefinition
 from dml_onnx.form import op_version

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from custom_ops import _threads
+from dml_onnx._kernels import _threads
 
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0 ** -24, -(2.0 ** -24),
                     1023 * 2.0 ** -24, 2.0 ** -14, 65504.0, -65504.0], np.float16)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from custom_ops._checks import UINT32_MAX
-from custom_ops.roi_align1 import roi_align1
-from custom_ops.roi_align_grad import roi_align_grad
+from dml_onnx._kernels._checks import UINT32_MAX
+from dml_onnx._kernels.roi_align1 import roi_align1
+from dml_onnx._kernels.roi_align_grad import roi_align_grad
 from dml_onnx.reference_ops.roi_align1 import roi_align1 as reference_forward
 from dml_onnx.reference_ops.roi_align_grad import roi_align_grad as reference_backward
 

@@ -1,4 +1,4 @@
-"""The large arrays the kernels reuse (custom_ops._buffers): a block is handed out again only
+"""The large arrays the kernels reuse (dml_onnx._kernels._buffers): a block is handed out again only
 once nothing made from it is left, at most KEPT_BYTES of free blocks stay, threads never share
 one, and every operator's outputs survive the next call while the caller holds them."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops import _buffers
 from dml_onnx import calls
+from dml_onnx._kernels import _buffers
 from dml_onnx.conformance import example_case
 from tests._examples import EXAMPLES
 

@@ -15,12 +15,12 @@ import warnings
 import pytest
 
 import dml_onnx
-from custom_ops import _compiler_process
+from dml_onnx._kernels import _compiler_process
 from tests._support import ROOT
 
 _FOLDS = textwrap.dedent("""
     import numpy as np
-    from custom_ops.fold import fold
+    from dml_onnx._kernels.fold import fold
     X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
     fold(X, window_sizes=[2, 2], output_size=[3, 3])  # the line the notice names
     fold(X.astype(np.float64), window_sizes=[2, 2], output_size=[3, 3])
@@ -57,7 +57,7 @@ def test_the_notice_is_said_once_per_operator_and_never_fails_a_kernel(monkeypat
         "minute, once: numba keeps them in its on-disk cache for later processes) ..."]
     assert caught[0].category is dml_onnx.CompilingWarning
     assert issubclass(dml_onnx.CompilingWarning, UserWarning)
-    assert caught[0].filename == __file__  # the caller's line, past custom_ops
+    assert caught[0].filename == __file__  # the caller's line, past the kernels
     monkeypatch.setattr(_compiler_process, "_announced", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -69,7 +69,7 @@ def test_the_notice_names_the_operator_whose_kernel_waits_on_another_thread(monk
     for it waits: the notice names that kernel's operator."""
     monkeypatch.setattr(_compiler_process, "_announced", set())
     ready, release = threading.Event(), threading.Event()
-    kernel_globals = {"__name__": "custom_ops.lp_pooling", "OP": "LpPooling",
+    kernel_globals = {"__name__": "dml_onnx._kernels.lp_pooling", "OP": "LpPooling",
                       "ready": ready, "release": release}
     exec("def run():\n    ready.set()\n    release.wait(10)\n", kernel_globals)
     waiting = threading.Thread(target=kernel_globals["run"])

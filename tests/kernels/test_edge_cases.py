@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dml_onnx
-from custom_ops._checks import UINT32_MAX
 from dml_onnx import calls
+from dml_onnx._kernels._checks import UINT32_MAX
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as lp_pooling_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference

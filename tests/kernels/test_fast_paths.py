@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-import custom_ops.fold as fold_module
-import custom_ops.lp_pooling as lp_module
-import custom_ops.roi_align1 as roi_align_module
-import custom_ops.roi_pooling as roi_module
-import custom_ops.unfold as unfold_module
-from custom_ops import KernelError, _threads, limits
+import dml_onnx._kernels.fold as fold_module
+import dml_onnx._kernels.lp_pooling as lp_module
+import dml_onnx._kernels.roi_align1 as roi_align_module
+import dml_onnx._kernels.roi_pooling as roi_module
+import dml_onnx._kernels.unfold as unfold_module
+from dml_onnx._kernels import KernelError, _threads, limits
 from dml_onnx.reference_ops.fold import fold as fold_reference
 
 CASES = [  # window, strides, dilations, start, end, spatial
@@ -293,7 +293,7 @@ def test_channels_last_converts_float16_blocks_and_leftovers_bit_for_bit(threads
     payloads (signalling ones stay signalling), subnormals, infinities and signed zeros come
     out bit for bit as the table of every float16 gives them, in whole blocks and in the
     leftover pixels and channels (20 channels, 37 x 33 pixels), from a read-only map too."""
-    from custom_ops._halves import HALF_TABLE
+    from dml_onnx._kernels._halves import HALF_TABLE
 
     bits = np.random.default_rng(8).integers(0, 1 << 16, (2, 20, 37, 33), dtype=np.uint16)
     special = [0x7C01, 0xFC01, 0x7E00, 0x7DFF, 0x8000, 0x0000, 0x0001, 0x83FF, 0x7C00,
@@ -318,7 +318,7 @@ def test_the_loops_read_and_write_every_float16_as_numpy_does():
     bit for bit."""
     from numba import njit
 
-    from custom_ops._half_float_loops import narrowed, widened
+    from dml_onnx._kernels._half_float_loops import narrowed, widened
 
     @njit
     def convert(source, target):
@@ -342,7 +342,7 @@ def test_the_loops_read_and_write_every_float16_as_numpy_does():
 _F16C_PROBE = """
 import numpy as np
 from numba import njit
-from custom_ops._half_float_loops import stored_sum, summand
+from dml_onnx._kernels._half_float_loops import stored_sum, summand
 
 @njit
 def sums(source, target):

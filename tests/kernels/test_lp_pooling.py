@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_ops.lp_pooling import lp_pooling
+from dml_onnx._kernels.lp_pooling import lp_pooling
 from dml_onnx.reference_ops.lp_pooling import lp_pooling as reference
 from tests._support.native import run_native
 from tests.kernels._float16 import assert_rounded_once, halves, special_halves

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from custom_ops._checks import UINT32_MAX
+from dml_onnx._kernels._checks import UINT32_MAX
 from tests._support.native import run_native
 from tests.kernels._roi_align import (
     ATTRIBUTE_SETS,
@@ -230,9 +230,9 @@ def test_both_image_layouts_give_the_same_bits(attrs, dtype):
     """The channels-last loop (many samples against the image) and the plane-by-plane loop
     (few samples against a large image: no copy) compute the same bits, NaN and infinities
     included; a call picks its loop by the work."""
-    from custom_ops import _roi_loops as loops
-    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
-    from custom_ops.roi_align1 import SMALL_IMAGE
+    from dml_onnx._kernels import _roi_loops as loops
+    from dml_onnx._kernels._roi_grid import Plan, check_sampling, loop_settings
+    from dml_onnx._kernels.roi_align1 import SMALL_IMAGE
 
     rng, X, rois, batch = random_case(41, c=5, regions=9, dtype=dtype)
     X[0, 1, 2, 3], X[1, 4, 0, 0], X[0, 2, 6, 7] = np.nan, np.inf, -np.inf
@@ -296,8 +296,8 @@ def test_plane_by_plane_loop_reads_float16_bits_as_float32(attrs):
     """The plane-by-plane loop reads float16 X as its bits, through the table of the 65536
     values: the bits of the channels-last loop on X converted to float32 (float16's largest
     values, subnormals, -0.0, NaN and the infinities included)."""
-    from custom_ops import _roi_loops as loops
-    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
+    from dml_onnx._kernels import _roi_loops as loops
+    from dml_onnx._kernels._roi_grid import Plan, check_sampling, loop_settings
 
     rng = np.random.default_rng(43)
     X = _float16_image(rng, (2, 6, 7, 8))
@@ -326,8 +326,8 @@ def test_float16_gradients_are_the_float32_computation_rounded_once(attrs, threa
     values, rounded as numpy rounds, float16's extremes in X and dY (NaN, infinities,
     subnormals, the largest) included. dX alone by average reads dY's bits and writes dX's
     (no float32 copy of either); the other kinds convert them."""
-    from custom_ops import _threads
-    from custom_ops import roi_align_grad as module
+    from dml_onnx._kernels import _threads
+    from dml_onnx._kernels import roi_align_grad as module
 
     conversions: list[np.dtype] = []
     convert = module.converted
@@ -367,9 +367,9 @@ def test_float16_on_a_large_image_is_read_where_it_lies(attrs, threads, monkeypa
     """A large float16 image with few samples takes the plane-by-plane loop on its bits (no
     converted copy), its regions over 1 or several threads, and writes Y as float16 bits: the
     float32 computation on the same values, rounded once to float16 as numpy rounds."""
-    from custom_ops import _roi_loops as loops
-    from custom_ops import _threads, roi_align1
-    from custom_ops._roi_grid import check_sampling
+    from dml_onnx._kernels import _roi_loops as loops
+    from dml_onnx._kernels import _threads, roi_align1
+    from dml_onnx._kernels._roi_grid import check_sampling
 
     rng = np.random.default_rng(44)
     X = _float16_image(rng, (2, 5, 160, 200))
@@ -416,8 +416,8 @@ def test_the_layout_follows_the_share_of_the_image_the_samples_read(monkeypatch)
     """Samples that read 0.6 of the image: float32 reads it where it lies, float16 (whose reads
     there go through a table) from its channels-last copy (``PLANAR_SHARE``); both compute
     the same values, float16 rounded once."""
-    from custom_ops import _roi_loops as loops
-    from custom_ops import roi_align1
+    from dml_onnx._kernels import _roi_loops as loops
+    from dml_onnx._kernels import roi_align1
 
     rng = np.random.default_rng(45)
     X = _float16_image(rng, (2, 5, 160, 200))
@@ -449,8 +449,8 @@ def test_the_layout_follows_the_share_of_the_image_the_samples_read(monkeypatch)
 
 def _pixels_read(X_shape, plan, sampling, size, settings):
     """``[N, H, W]`` bool: the pixels the forward loop reads, sample by sample (the corners of
-    every in-bounds sample, as :func:`custom_ops._roi_loops.forward` reads them)."""
-    from custom_ops import _roi_loops as loops
+    every in-bounds sample, as :func:`dml_onnx._kernels._roi_loops.forward` reads them)."""
+    from dml_onnx._kernels import _roi_loops as loops
 
     n, _, h, w = X_shape
     read = np.zeros((n, h, w), bool)
@@ -466,7 +466,7 @@ def _pixels_read(X_shape, plan, sampling, size, settings):
 
 
 def _region_plan(rois, batch, X_shape, attrs, size, dtype):
-    from custom_ops._roi_grid import Plan, check_sampling, loop_settings
+    from dml_onnx._kernels._roi_grid import Plan, check_sampling, loop_settings
 
     sampling = check_sampling("RoiAlign1", "", **{**DEFAULTS, **attrs})
     plan = Plan("RoiAlign1", "", X_shape, rois, batch, sampling, size, np.dtype(dtype))
@@ -476,12 +476,12 @@ def _region_plan(rois, batch, X_shape, attrs, size, dtype):
 @settings(max_examples=120, deadline=None, derandomize=True)
 @given(cases())
 def test_property_the_runs_hold_every_pixel_a_sample_reads(case):
-    """:func:`~custom_ops._roi_loops.read_runs`: ascending runs of whole 8-pixel blocks (the
+    """:func:`~dml_onnx._kernels._roi_loops.read_runs`: ascending runs of whole 8-pixel blocks (the
     last may stop at the image's end), no two closer than the gap, holding every pixel that a
     sample reads and the pixel count they say; and each region's
-    :func:`~custom_ops._roi_loops.read_span` along y and x holds every pixel its samples read
+    :func:`~dml_onnx._kernels._roi_loops.read_span` along y and x holds every pixel its samples read
     there. Regions out of bounds, reversed, or of size 0 included."""
-    from custom_ops import _roi_loops as loops
+    from dml_onnx._kernels import _roi_loops as loops
 
     X, rois, batch, size, _, attrs, _ = case
     for dtype in (np.float32, np.float64):
@@ -516,10 +516,10 @@ def test_property_the_runs_hold_every_pixel_a_sample_reads(case):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 def test_a_copy_of_the_pixels_read_gives_the_bits_of_a_whole_copy(attrs, dtype, monkeypatch):
     """A large image of many channels is copied channels-last only where the regions read it
-    (:data:`~custom_ops.roi_align1.RUN_CHANNELS`); the rest of the copy holds NaN here, which
+    (:data:`~dml_onnx._kernels.roi_align1.RUN_CHANNELS`); the rest of the copy holds NaN here, which
     a read would carry into the outputs. The outputs are the whole copy's, bit for bit, on one
     thread and on several; and a copy that leaves out one run the regions read does show."""
-    from custom_ops import _threads, roi_align1
+    from dml_onnx._kernels import _threads, roi_align1
 
     rng = np.random.default_rng(47)
     X = rng.standard_normal((2, 16, 60, 70)).astype(dtype)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from custom_ops import _threads
+from dml_onnx._kernels import _threads
 from tests.kernels._roi_align import (
     ATTRIBUTE_SETS,
     SEED_ATTRS,

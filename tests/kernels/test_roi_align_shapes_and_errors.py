@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-import custom_ops.roi_align1 as forward_module
-import custom_ops.roi_align_grad as grad_module
-from custom_ops._checks import UINT32_MAX, KernelError
-from custom_ops.roi_align1 import roi_align1
+import dml_onnx._kernels.roi_align1 as forward_module
+import dml_onnx._kernels.roi_align_grad as grad_module
+from dml_onnx._kernels._checks import UINT32_MAX, KernelError
+from dml_onnx._kernels.roi_align1 import roi_align1
 from tests.kernels._roi_align import DEFAULTS, backward, forward, random_case
 
 # ----------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_ops.roi_pooling import roi_pooling
+from dml_onnx._kernels.roi_pooling import roi_pooling
 from dml_onnx.reference_ops.roi_pooling import bin_edges
 from tests.kernels._roi_pooling import (
     assert_same,

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from custom_ops import _threads
-from custom_ops.roi_pooling import prepare as check_attributes
-from custom_ops.roi_pooling import roi_pooling
+from dml_onnx._kernels import _threads
+from dml_onnx._kernels.roi_pooling import prepare as check_attributes
+from dml_onnx._kernels.roi_pooling import roi_pooling
 from tests.kernels._roi_pooling import (
     assert_same,
     f32,

@@ -1,6 +1,7 @@
-"""The kernels' threads (custom_ops._threads): at most the thread limit, compiled launches that
-give what one thread gives, a forked child that computes on its own thread, and GNU OpenMP's
-short spin while numba's threading layer or onnxruntime-extensions' torch loads it."""
+"""The kernels' threads (dml_onnx._kernels._threads): at most the thread limit, compiled
+launches that give what one thread gives, a forked child that computes on its own thread,
+and GNU OpenMP's short spin while numba's threading layer or onnxruntime-extensions' torch
+loads it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from custom_ops import _threads
+from dml_onnx._kernels import _threads
 
 
 @pytest.mark.parametrize("limit", [1, 2])
@@ -47,8 +48,8 @@ def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
     """LpPooling and Fold start their threads from compiled code (run_bands), float16 too
     (LpPooling p > 2 rounds its float32 roots in a second launch): the result is the same, bit
     for bit, at any thread count; the launch asks numba for one thread a band."""
-    from custom_ops.fold import fold
-    from custom_ops.lp_pooling import lp_pooling
+    from dml_onnx._kernels.fold import fold
+    from dml_onnx._kernels.lp_pooling import lp_pooling
     name, _, dtype = op.partition(" float")
     if name == "Fold":
         X, attributes = _fold_input()
@@ -66,7 +67,7 @@ def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
         launches.append(len(groups))
         original(groups, band, launch)
     monkeypatch.setattr(_threads, "THREADS", 4)
-    for module in ("custom_ops.fold", "custom_ops.lp_pooling"):
+    for module in ("dml_onnx._kernels.fold", "dml_onnx._kernels.lp_pooling"):
         monkeypatch.setattr(f"{module}.run_bands", recording)
     results = {}
     for limit in (1, 2, 3):
@@ -82,7 +83,7 @@ def test_compiled_thread_launches_give_what_one_thread_gives(op, monkeypatch):
 
 
 def _fold_in_child(queue: multiprocessing.Queue) -> None:
-    from custom_ops.fold import fold
+    from dml_onnx._kernels.fold import fold
     X, attributes = _fold_input()
     queue.put(fold(X, **attributes))
 
@@ -90,7 +91,7 @@ def _fold_in_child(queue: multiprocessing.Queue) -> None:
 def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(monkeypatch):
     """GNU OpenMP (numba's usual threading layer on Linux) terminates a forked child at its
     first parallel launch when the parent has launched one: the child runs its bands itself."""
-    from custom_ops.fold import fold
+    from dml_onnx._kernels.fold import fold
     monkeypatch.setattr(_threads, "THREADS", 4)
     X, attributes = _fold_input()
     token = _threads.thread_limit.set(2)
@@ -273,8 +274,8 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
         import numpy as np
         if {loaded!r} == "by torch first":
             import torch
-        from custom_ops import _threads
-        from custom_ops.lp_pooling import lp_pooling
+        from dml_onnx._kernels import _threads
+        from dml_onnx._kernels.lp_pooling import lp_pooling
         def load_openmp():
             ctypes.CDLL(ctypes.util.find_library("gomp"))
         X = np.random.default_rng(0).standard_normal((4, 64, 64, 64)).astype(np.float32)
@@ -301,7 +302,7 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
     late = loaded in ("first", "after our import")
     count, spin, total = done.stdout.split()
     assert [count, spin] == (["1", "long"] if late else ["0", "short"])
-    from custom_ops.lp_pooling import lp_pooling
+    from dml_onnx._kernels.lp_pooling import lp_pooling
     X = np.random.default_rng(0).standard_normal((4, 64, 64, 64)).astype(np.float32)
     want = lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
                       end_padding=[0, 0], dilations=[1, 1], p=2)
@@ -325,8 +326,8 @@ def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
 
 @pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
 def test_loading_the_compiled_layout_loops_loads_openmp_with_short_spinning(user_setting):
-    """custom_ops._layout_loops compiles its parallel drivers as it loads, which loads numba's
-    threading layer (GNU OpenMP, which reads its environment then): that happens with
+    """dml_onnx._kernels._layout_loops compiles its parallel drivers as it loads, which loads
+    numba's threading layer (GNU OpenMP, which reads its environment then): that happens with
     GOMP_SPINCOUNT set, unless the user chose, and the variable is gone afterwards (else
     OpenMP's threads spun on the cores after each launch: float16 RoiAlign1 on a large map at
     2 cores 17.5-20 ms against 10.6-11.3 with the short spin)."""
@@ -338,7 +339,7 @@ def test_loading_the_compiled_layout_loops_loads_openmp_with_short_spinning(user
                 if name.startswith("numba.np.ufunc.") and name.endswith(("pool", "workqueue")):
                     seen.append(os.environ.get("GOMP_SPINCOUNT"))  # a threading layer loads
         sys.meta_path.insert(0, Watch())
-        from custom_ops._threads import compiled
+        from dml_onnx._kernels._threads import compiled
         compiled("_layout_loops")
         print(json.dumps([seen, os.environ.get("GOMP_SPINCOUNT")]))
         """)

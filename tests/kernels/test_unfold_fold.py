@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_ops.fold import fold
-from custom_ops.unfold import unfold
+from dml_onnx._kernels.fold import fold
+from dml_onnx._kernels.unfold import unfold
 from dml_onnx.ops import _window_cases as seeds
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference

@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
-from custom_ops.fold import fold
-from custom_ops.fold import prepare as fold_check_attributes
-from custom_ops.unfold import prepare as unfold_check_attributes
-from custom_ops.unfold import unfold
+from dml_onnx._kernels.fold import fold
+from dml_onnx._kernels.fold import prepare as fold_check_attributes
+from dml_onnx._kernels.unfold import prepare as unfold_check_attributes
+from dml_onnx._kernels.unfold import unfold
 from dml_onnx.reference_ops.fold import fold as fold_reference
 from dml_onnx.reference_ops.unfold import unfold as unfold_reference
 from tests.kernels._float16 import assert_rounded_once, special_halves

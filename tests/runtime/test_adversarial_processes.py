@@ -88,7 +88,7 @@ def test_an_interrupt_while_a_kernel_starts_a_thread_leaves_the_interpreter_free
     out = child("""
         import threading
         import numpy as np
-        import custom_ops._threads
+        import dml_onnx._kernels._threads
         import dml_onnx
         from tests.runtime._adversarial import tensor
         session = dml_onnx.InferenceSession(dml_onnx.make_model(
@@ -97,9 +97,9 @@ def test_an_interrupt_while_a_kernel_starts_a_thread_leaves_the_interpreter_free
         X = np.ones((1, 1, 512, 512), np.float32)
         rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (64, 1))
         small = {"X": X[:, :, :4, :4].copy(), "rois": rois[:1]}
-        custom_ops._threads.THREADS = 1  # the compiled loops loaded (their import starts a
+        dml_onnx._kernels._threads.THREADS = 1  # the compiled loops loaded (their import starts a
         session.run(None, {"X": X, "rois": rois})  # thread), on the calling thread alone
-        custom_ops._threads.THREADS = 2  # then a pool of threads, on any machine
+        dml_onnx._kernels._threads.THREADS = 2  # then a pool of threads, on any machine
         start = threading.Thread.start
         def start_then_interrupt(self):
             threading.Thread.start = start
@@ -168,7 +168,7 @@ def test_a_signal_while_the_compiler_process_compiles_waits_for_it():
     """The same signal landing while the caller waits for the compiler process (a cold
     cache): the handler runs once the loop is compiled, and the loop works afterwards."""
     out = child(_SIGNAL_WHILE_COMPILING.format(alarm="""
-    from custom_ops import _compiler_process
+    from dml_onnx._kernels import _compiler_process
     compile = _compiler_process._CompilerProcess.compile
     def signalled(self, request):
         signal.raise_signal(signal.SIGALRM)
@@ -179,8 +179,8 @@ def test_a_signal_while_the_compiler_process_compiles_waits_for_it():
 
 _FOLD_TWICE = """
 import numpy as np
-from custom_ops._checks import KernelError
-from custom_ops.fold import fold
+from dml_onnx._kernels._checks import KernelError
+from dml_onnx._kernels.fold import fold
 X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
 try:
     fold(X, window_sizes=[2, 2], output_size=[3, 3], node="f")
@@ -200,7 +200,7 @@ def test_a_compiler_process_that_dies_fails_one_call_and_the_next_compiles(how):
     out = child(textwrap.dedent(f"""
         import os, signal, tempfile, threading, time
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
-        from custom_ops import _compiler_process
+        from dml_onnx._kernels import _compiler_process
         def kill():
             while _compiler_process._running is None:
                 time.sleep(0.001)
@@ -208,7 +208,7 @@ def test_a_compiler_process_that_dies_fails_one_call_and_the_next_compiles(how):
         threading.Thread(target=kill, daemon=True).start()
     """) + _FOLD_TWICE, timeout=300)
     died, computed = out.strip().split("\n")
-    assert died.startswith(f"custom_ops 'fold_planes': compiler process 'killed by {how}")
+    assert died.startswith(f"dml_onnx 'fold_planes': compiler process 'killed by {how}")
     assert "most often: memory ran out" in died
     assert computed == _FOLDED
 
@@ -220,9 +220,9 @@ def test_the_compiler_process_ends_when_idle_and_a_later_compile_starts_another(
         import os, tempfile, time
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
         import numpy as np
-        from custom_ops import _compiler_process
+        from dml_onnx._kernels import _compiler_process
         _compiler_process.IDLE_SECONDS = 0.5
-        from custom_ops.fold import fold
+        from dml_onnx._kernels.fold import fold
         X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
         fold(X, window_sizes=[2, 2], output_size=[3, 3])
         first = _compiler_process._running.process
@@ -239,7 +239,7 @@ _LP_POOL = """
 import warnings
 warnings.simplefilter("always")
 import numpy as np
-from custom_ops.lp_pooling import lp_pooling
+from dml_onnx._kernels.lp_pooling import lp_pooling
 X = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) / 100
 Y = lp_pooling(X, window_size=[3, 3], strides=[1, 1], dilations=[1, 1], start_padding=[0, 0],
                end_padding=[0, 0], p=2, node="n")
@@ -273,7 +273,7 @@ def test_a_damaged_numba_cache_is_named_replaced_and_never_fails_a_call(tmp_path
 
 _BLAS_PROBE = """
 import sys
-from custom_ops._threads import compiled
+from dml_onnx._kernels._threads import compiled
 compiled("_layout_loops")  # the kernels' set-up of numba, on its helper thread
 import numba.np.arraymath as arraymath
 before = "scipy.linalg" in sys.modules
@@ -313,7 +313,7 @@ def test_the_set_up_never_changes_the_import_finders_list_in_place():
             def __setitem__(self, *a): changed.append("set"); super().__setitem__(*a)
         watched = Watched(sys.meta_path)
         sys.meta_path = watched
-        from custom_ops._threads import compiled
+        from dml_onnx._kernels._threads import compiled
         compiled("_layout_loops")
         print(changed, list(watched) == list(sys.meta_path))
         """)
@@ -322,7 +322,7 @@ def test_the_set_up_never_changes_the_import_finders_list_in_place():
 
 def test_the_deferred_blas_probe_refuses_no_other_import():
     """The finder refuses ``scipy.linalg`` only to numba's probe on the setting-up thread."""
-    from custom_ops._jit import _DeferBlasProbe
+    from dml_onnx._kernels._jit import _DeferBlasProbe
 
     finder = _DeferBlasProbe()
 
@@ -351,7 +351,7 @@ def test_a_loops_cache_goes_stale_when_a_module_it_calls_into_changes(tmp_path):
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "caller.py").write_text(textwrap.dedent("""
-        from custom_ops._jit import jit
+        from dml_onnx._kernels._jit import jit
         from stamped.callee import value
 
         @jit
@@ -363,7 +363,7 @@ def test_a_loops_cache_goes_stale_when_a_module_it_calls_into_changes(tmp_path):
                    "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     for result in (1, 1, 2, 2):  # compiled, from the cache, compiled afresh, from the cache
         (package / "callee.py").write_text(textwrap.dedent(f"""
-            from custom_ops._jit import jit
+            from dml_onnx._kernels._jit import jit
 
             @jit
             def value():
@@ -393,7 +393,7 @@ def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue
         import threading
         import numba
         import numpy as np
-        from custom_ops.lp_pooling import lp_pooling
+        from dml_onnx._kernels.lp_pooling import lp_pooling
         @numba.njit(parallel=True, nogil=True)
         def theirs(a):
             total = 0.0
@@ -423,16 +423,18 @@ def test_the_kernels_beside_the_applications_parallel_numba_code_under_workqueue
 def test_a_compiler_process_that_cannot_start_leaves_the_compile_to_the_caller(
         interpreter, tmp_path):
     """An executable that is no Python (an embedding application) ends before it says it is
-    ready: the loops compile in the caller. A folder named ``custom_ops`` in the working
-    directory (the user's own) is not on the compiler process's path: it compiles there."""
-    (tmp_path / "custom_ops").mkdir()
-    (tmp_path / "custom_ops" / "__init__.py").write_text("raise ImportError('not ours')\n")
+    ready: the loops compile in the caller. Folders named ``dml_onnx`` and ``custom_ops`` in
+    the working directory (the user's own) are not on the compiler process's path: it compiles
+    there."""
+    for name in ("dml_onnx", "custom_ops"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('not ours')\n")
     out = child(f"""
         import os, sys, tempfile
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
         import numpy as np
-        from custom_ops import _compiler_process
-        from custom_ops.fold import fold
+        from dml_onnx._kernels import _compiler_process
+        from dml_onnx._kernels.fold import fold
         os.chdir({str(tmp_path)!r})
         sys.executable = {interpreter if interpreter != "/bin/false" else repr(interpreter)}
         X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
@@ -450,8 +452,8 @@ def test_a_bundled_application_compiles_in_its_own_process():
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
         sys.frozen = True
         import numpy as np
-        from custom_ops import _compiler_process
-        from custom_ops.fold import fold
+        from dml_onnx._kernels import _compiler_process
+        from dml_onnx._kernels.fold import fold
         X = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
         print(fold(X, window_sizes=[2, 2], output_size=[3, 3]).sum(), _compiler_process._running)
     """, timeout=300)
@@ -476,6 +478,6 @@ def test_a_first_import_that_fails_part_way_fails_one_call_and_the_next_imports_
         sys.meta_path.insert(0, OutOfMemoryOnce())
     """) + _FOLD_TWICE, timeout=300)
     failed, computed = out.strip().split("\n")
-    assert failed.startswith("custom_ops 'custom_ops._fold_loops': import 'MemoryError: '")
+    assert failed.startswith("dml_onnx 'dml_onnx._kernels._fold_loops': import 'MemoryError: '")
     assert "the next call tries again" in failed
     assert computed == _FOLDED

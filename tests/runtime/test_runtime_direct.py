@@ -10,10 +10,10 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
-from custom_ops.fold import fold
-from custom_ops.lp_pooling import lp_pooling
-from custom_ops.roi_align1 import roi_align1
-from custom_ops.unfold import unfold
+from dml_onnx._kernels.fold import fold
+from dml_onnx._kernels.lp_pooling import lp_pooling
+from dml_onnx._kernels.roi_align1 import roi_align1
+from dml_onnx._kernels.unfold import unfold
 from dml_onnx.graphs import element_types, load_model
 from dml_onnx.runtime import RUNTIME_DOMAIN
 from dml_onnx.runtime.rewrite import _plan_node, _runtime_model

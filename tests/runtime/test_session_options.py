@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from custom_ops import _threads
+from dml_onnx._kernels import _threads
 from dml_onnx.graphs import WEIGHT_ELEMENTS
 
 MODEL = dml_onnx.make_model(

@@ -19,7 +19,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from onnxruntime_extensions import get_library_path
 
 import dml_onnx
-from custom_ops import KernelError, _threads
+from dml_onnx._kernels import KernelError, _threads
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import segments
 

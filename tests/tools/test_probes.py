@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from custom_ops._checks import UINT32_MAX
 from dml_onnx import calls, cli, conformance
+from dml_onnx._kernels._checks import UINT32_MAX
 from dml_onnx.conformance import points, probes
 from dml_onnx.conformance.metric import difference
 from dml_onnx.ops import OPERATORS_BY_NAME

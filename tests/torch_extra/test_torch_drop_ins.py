@@ -18,7 +18,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import dml_onnx
 import dml_onnx.torch as dt
-from custom_ops._checks import KernelError
+from dml_onnx._kernels._checks import KernelError
 
 GENERATOR = torch.Generator().manual_seed(11)
 
