@@ -312,7 +312,12 @@ class _Wiring:
         wrong, and onnxruntime refuses a feed that differs); outputs with the element type
         only."""
         graph, elem_types = self.graph, self.elem_types
-        inside = set(self._with_constants(members))
+        # a constant node of the level that only later segments read is made there again:
+        # here it would be dead, and onnxruntime warns of each such value as it loads
+        inside = set(self._with_constants([i for i in members if i not in self.constant]))
+        inside = set(self._with_constants([*inside, *(
+            i for i in members if i in self.constant and i not in inside
+            and any(name and self._passed(name, inside) for name in graph.node[i].output))]))
         nodes = [graph.node[i] for i in sorted(inside)]
         produced = {name for node in nodes for name in node.output if name}
         read = set().union(*(self.reads[i] for i in inside))
@@ -320,7 +325,7 @@ class _Wiring:
         inputs += sorted(name for name in read - produced - set(inputs)
                          - self.initializers.keys()
                          if name in self.producer or name in self.graph_inputs)
-        outputs = [name for i in members for name in graph.node[i].output
+        outputs = [name for i in members if i in inside for name in graph.node[i].output
                    if name and self._passed(name, inside)]
         if not outputs or any(name not in elem_types for name in (
                 *(n for n in inputs if n not in self.graph_inputs),

@@ -418,6 +418,28 @@ def test_constant_nodes_go_into_every_segment_that_reads_them():
     np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
 
 
+def test_a_segment_leaves_out_the_constants_only_later_segments_read(capfd):
+    """A constant node of the first level that only a segment after a kernel reads is made
+    there, not in the first segment too: there it would be dead, and onnxruntime warned of
+    each such value as the session loaded ("Removing initializer ...": 125 warnings for a
+    raised Faster R-CNN, none for the stock model)."""
+    rng = np.random.default_rng(3)
+    model = dml_onnx.make_model(
+        [helper.make_node("Constant", [], ["later"], value=numpy_helper.from_array(
+             np.array([2.0], np.float32))),
+         helper.make_node("Relu", ["X"], ["R"]),
+         dml_onnx.lp_pooling("R", "P", name="pool", **POOL),
+         helper.make_node("Mul", ["P", "later"], ["Y"])],
+        [_value("X", FLOAT, [1, 3, 6, 6])], [_value("Y")])
+    session = dml_onnx.InferenceSession(model)
+    first, last = [s[0] for s in session._split.steps if not isinstance(s, segments.Kernel)]
+    assert [n.op_type for n in first.model.graph.node] == ["Relu"]
+    assert [n.op_type for n in last.model.graph.node] == ["Constant", "Mul"]
+    assert "Removing initializer" not in capfd.readouterr().err
+    feeds = {"X": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(session.run(None, feeds)[0], _one_session(model, feeds)[0])
+
+
 def test_a_kernels_output_read_by_name_inside_a_later_if_branch():
     """A subgraph's reads of outer values count as its node's inputs: the If runs in the
     segment after the kernel, and its branch gets the kernel's array."""
