@@ -406,10 +406,11 @@ def _mappings(maps: str = "/proc/self/maps", address: int | None = None
 def _numba_openmp(deep: bool) -> tuple[str, str] | None:
     """The (device, inode) of the library whose ``GOMP_parallel`` numba's OpenMP pool calls:
     the process's global scope comes first unless the pool was bound ``deep``, then the pool's
-    own dependencies (the dynamic linker's order). None where the pool is not loaded."""
+    own dependencies (the dynamic linker's order). None where the pool is not loaded, or
+    not on Linux."""
     pool = sys.modules.get("numba.np.ufunc.omppool")
     path = getattr(pool, "__file__", None)
-    if path is None:
+    if path is None or not sys.platform.startswith("linux"):  # GNU OpenMP, a memory map
         return None
     scopes = [ctypes.CDLL(path)] if deep else [ctypes.CDLL(None), ctypes.CDLL(path)]
     for scope in scopes:
