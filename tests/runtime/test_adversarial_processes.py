@@ -304,6 +304,7 @@ def test_the_set_up_never_changes_the_import_finders_list_in_place():
     lists (a finder removed in place would make that import skip the next finder)."""
     done = _child_with("""
         import sys
+        import dml_onnx  # the kernels' parent package: its own import hook is set up first
         changed = []
         class Watched(list):
             def insert(self, *a): changed.append("insert"); super().insert(*a)
