@@ -139,12 +139,12 @@ class InferenceSession(ort.InferenceSession):
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
             run_options: ort.RunOptions | None = None) -> list[Any]:
-        fed = list(input_feed.keys())  # as onnxruntime's run: a feed without keys() fails
+        keys = input_feed.keys  # as onnxruntime's run: a feed without keys() fails
         missing = [name for name in self._required if name not in input_feed]
         if missing:  # before anything runs, as onnxruntime's run (a kernel's direct input
             # would fail inside the run)
             raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                             f"({fed}).")
+                             f"({list(keys())}).")
         if output_names and not isinstance(output_names, list | tuple | str):
             output_names = list(output_names)  # a generator is read once (and a set in its
             # order, as onnxruntime reads them)
@@ -155,7 +155,7 @@ class InferenceSession(ort.InferenceSession):
             if isinstance(names, str):  # onnxruntime's run takes a list of names alone
                 raise TypeError(f"run(): output_names is a str ({names!r}), not a list of str")
             if not self._split_outputs.issuperset(names) or \
-                    not all(isinstance(name, str) for name in fed):
+                    not all(isinstance(name, str) for name in input_feed):
                 self._unusual_feed(names, input_feed, run_options)  # raises onnxruntime's error
             threads = thread_limit.set(self._threads)
             try:
@@ -213,8 +213,9 @@ class InferenceSession(ort.InferenceSession):
         first_outputs = list(segment[0].outputs)
         unknown = [name for name in output_names or () if name not in self._split_outputs]
         types = {arg.name: _numpy_type(arg.type) for arg in self._split.inputs}
-        odd = [name for name, value in feed.items() if not isinstance(name, str)
-               or not isinstance(value, ort.OrtValue | list) and not _plain(value)]
+        odd = [name for name, value in feed.items() if not isinstance(name, str) or not (
+            isinstance(value, ort.OrtValue | list)  # a subclass (np.memmap) is an array:
+            or isinstance(value, np.ndarray) and value.dtype in _PLAIN_TYPES)]  # no check
         for name, value in feed.items():
             if isinstance(value, list):  # as onnxruntime reads a list, where numpy can
                 try:
@@ -348,9 +349,14 @@ class InferenceSession(ort.InferenceSession):
         return getattr(self._session, name)
 
 
+_PLAIN_TYPES = frozenset(np.dtype(code) for code in "?bhilqBHILQefd")
+"""The numeric element types in the machine's byte order."""
+
+
 def _plain(value: Any) -> bool:
-    """Whether a feed is a numeric array in the machine's byte order (as nearly all are)."""
-    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.dtype.isnative
+    """Whether a feed is a numeric array in the machine's byte order (as nearly all are;
+    a subclass of ``np.ndarray`` takes the longer way)."""
+    return type(value) is np.ndarray and value.dtype in _PLAIN_TYPES
 
 
 def _numpy_type(type_name: str) -> np.dtype:

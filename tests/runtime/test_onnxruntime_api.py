@@ -647,3 +647,26 @@ def test_an_array_in_the_other_byte_order_is_read_as_numpy_reads_it(layout):
     binding.bind_output("C")
     session.run_with_iobinding(binding)
     _same(binding.copy_outputs_to_cpu(), reference.run(["C"], FEED))
+
+
+def test_split_execution_checks_the_feed_with_onnxruntime_only_where_it_must(tmp_path):
+    """A feed of arrays (subclasses and memory maps too) and lists runs the segments once;
+    what onnxruntime converts otherwise goes through its run of the first segment first."""
+    session, reference = _pair("dml_onnx", "split")
+    assert session._split is not None
+    checks: list[object] = []
+    first = session._split.first
+    original = first.run
+    first.run = lambda *args: checks.append(args) or original(*args)  # type: ignore[method-assign]
+    try:
+        mapped = np.memmap(tmp_path / "x", np.float32, "w+", shape=X.shape)
+        mapped[...] = X
+        for feed in ({"X": mapped, "Y": Y}, {"X": np.ma.MaskedArray(X), "Y": Y},
+                     {"X": X.tolist(), "Y": [1, 2]}):
+            _same(session.run(None, feed), reference.run(None, FEED))
+        assert checks == []
+        _raises_as(lambda: session.run(None, {"X": X, "Y": (1, 2)}),
+                   lambda: reference.run(None, {"X": X, "Y": (1, 2)}))
+        assert len(checks) == 1
+    finally:
+        del first.run
