@@ -8,7 +8,7 @@ runtime at once where the extension is already imported, and else right after wh
 the extension first (a one-shot import hook). Either way the kernels are declared before any
 options can register the library, in whatever order the caller imports the two packages, and
 the extension loads in :func:`extension_import`: with OpenMP's short spin (see
-:func:`dml_onnx._kernels._threads.short_openmp_spin`) and its converters deferred.
+:func:`dml_onnx._kernels._openmp.short_openmp_spin`) and its converters deferred.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _generate_processing_models(*args: Any, **kwargs: Any) -> Any:
 def extension_import() -> Iterator[None]:
     """The block imports onnxruntime-extensions: with OpenMP's short spin (torch, where
     imported, loads its OpenMP) and its converters deferred until used."""
-    from dml_onnx._kernels._threads import short_openmp_spin
+    from dml_onnx._kernels._openmp import short_openmp_spin
 
     deferred = None
     if CONVERTERS not in sys.modules:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dml_onnx._kernels import _threads
+from dml_onnx._kernels import _openmp, _threads
 
 
 @pytest.mark.parametrize("limit", [1, 2])
@@ -99,7 +99,7 @@ def test_a_forked_child_computes_on_its_own_thread_after_the_parent_launched(mon
         want = fold(X, **attributes)  # a launch of two bands
     finally:
         _threads.thread_limit.reset(token)
-    assert _threads._launch_pid == os.getpid()
+    assert _openmp._launch_pid == os.getpid()
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_fold_in_child, args=(queue,))
@@ -131,23 +131,23 @@ def test_the_threading_layer_loads_with_short_spinning_unless_the_user_chose(
         seen.append((os.environ.get("GOMP_SPINCOUNT"), sys.getdlopenflags()))
         layer[0] = "omp"
     flags = sys.getdlopenflags()
-    monkeypatch.setattr(_threads, "_openmp_spin", None)
-    monkeypatch.setattr(_threads, "_launch_pid", None)
-    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer[0])
-    monkeypatch.setattr(_threads, "_openmp_libraries",
+    monkeypatch.setattr(_openmp, "_openmp_spin", None)
+    monkeypatch.setattr(_openmp, "_launch_pid", None)
+    monkeypatch.setattr(_openmp, "_threading_layer", lambda: layer[0])
+    monkeypatch.setattr(_openmp, "_openmp_libraries",
                         lambda: frozenset({("08:01", "12")} if mapped else ()))
-    monkeypatch.setattr(_threads, "_numba_openmp", lambda deep: ("08:01", "11"))
+    monkeypatch.setattr(_openmp, "_numba_openmp", lambda deep: ("08:01", "11"))
     monkeypatch.setattr(numba, "get_num_threads", load)
     monkeypatch.setattr(numba, "set_num_threads", lambda n: None)
     monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
     for _ in range(2):
-        assert _threads.run_compiled(2, lambda: None)
+        assert _openmp.run_compiled(2, 2, lambda: None)
     want = user_setting[1] if user_setting and user_setting[0] == "GOMP_SPINCOUNT" else None
     deep = flags | os.RTLD_DEEPBIND if mapped else flags
-    assert seen == [(want if user_setting else _threads.SPIN_COUNT, deep)]
+    assert seen == [(want if user_setting else _openmp.SPIN_COUNT, deep)]
     assert os.environ.get("GOMP_SPINCOUNT") == want
     assert sys.getdlopenflags() == flags
-    assert _threads._openmp_spin == "short"
+    assert _openmp._openmp_spin == "short"
 
 
 @pytest.mark.parametrize("limit", [0, 5])
@@ -160,8 +160,8 @@ def test_every_launch_uses_the_whole_team_however_few_groups(limit, long_spin, m
     import numba
     teams = []
     monkeypatch.setattr(_threads, "THREADS", 8)
-    monkeypatch.setattr(_threads, "_openmp_spin", "long" if long_spin else "short")
-    monkeypatch.setattr(_threads, "_launch_pid", None)
+    monkeypatch.setattr(_openmp, "_openmp_spin", "long" if long_spin else "short")
+    monkeypatch.setattr(_openmp, "_launch_pid", None)
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
     monkeypatch.setattr(numba, "set_num_threads", teams.append)
     monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
@@ -169,7 +169,8 @@ def test_every_launch_uses_the_whole_team_however_few_groups(limit, long_spin, m
     token = _threads.thread_limit.set(limit)
     try:
         for groups in (2, 3, 8):
-            assert _threads.run_compiled(groups, lambda g=groups: launched.append(g)) \
+            team = _threads.workers()
+            assert _openmp.run_compiled(groups, team, lambda g=groups: launched.append(g)) \
                 is not long_spin
     finally:
         _threads.thread_limit.reset(token)
@@ -181,7 +182,7 @@ def test_bands_run_on_the_python_pool_where_no_compiled_launch_may_run(monkeypat
     """With numba's GNU OpenMP spinning long, run_bands hands its bands to the Python pool:
     every band runs, on more than one thread."""
     monkeypatch.setattr(_threads, "THREADS", 4)
-    monkeypatch.setattr(_threads, "_openmp_spin", "long")
+    monkeypatch.setattr(_openmp, "_openmp_spin", "long")
     ran: dict[tuple[int, int], int] = {}
     barrier = threading.Barrier(2, timeout=30)  # fails unless two bands run at once
 
@@ -203,7 +204,7 @@ def test_openmp_libraries_are_files_of_the_memory_map(tmp_path):
         "7f00-7f01 r-xp 0 08:01 11 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
         "7f04-7f05 rw-p 0 08:01 11 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
         "7f06-7f07 r-xp 0 08:02 12 /venv/site-packages/torch/lib/libgomp.so.1\n")
-    assert _threads._openmp_libraries(str(maps)) == {("08:01", "11"), ("08:02", "12")}
+    assert _openmp._openmp_libraries(str(maps)) == {("08:01", "11"), ("08:02", "12")}
 
 
 SYSTEM, TORCH = ("08:01", "11"), ("08:02", "12")
@@ -222,19 +223,19 @@ def test_numba_openmp_spins_long_only_where_it_was_loaded_before_us(
     the layer loaded in our block: then one RuntimeWarning says what to set, once."""
     import numba
     layer: list[str | None] = ["omp" if loaded_before else None]
-    monkeypatch.setattr(_threads, "_openmp_spin", None)
-    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer[0])
-    monkeypatch.setattr(_threads, "_openmp_libraries", lambda: frozenset(before))
-    monkeypatch.setattr(_threads, "_numba_openmp", lambda deep: used)
+    monkeypatch.setattr(_openmp, "_openmp_spin", None)
+    monkeypatch.setattr(_openmp, "_threading_layer", lambda: layer[0])
+    monkeypatch.setattr(_openmp, "_openmp_libraries", lambda: frozenset(before))
+    monkeypatch.setattr(_openmp, "_numba_openmp", lambda deep: used)
     monkeypatch.setattr(numba, "get_num_threads", lambda: layer.__setitem__(0, "omp"))
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         monkeypatch.delenv(name, raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _threads.load_threading_layer()
-        _threads.load_threading_layer()
+        _openmp.load_threading_layer()
+        _openmp.load_threading_layer()
     messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
-    assert _threads._openmp_spin == spin
+    assert _openmp._openmp_spin == spin
     assert len(messages) == (spin == "long")
     if messages:
         assert "GOMP_SPINCOUNT=0" in messages[0] and "libgomp" in messages[0]
@@ -243,22 +244,22 @@ def test_numba_openmp_spins_long_only_where_it_was_loaded_before_us(
 @pytest.mark.parametrize("layer", ["workqueue", "tbb"])
 def test_a_layer_other_than_openmp_never_spins_long(layer, monkeypatch):
     import numba
-    monkeypatch.setattr(_threads, "_openmp_spin", None)
-    monkeypatch.setattr(_threads, "_threading_layer", lambda: layer)  # loaded before us
+    monkeypatch.setattr(_openmp, "_openmp_spin", None)
+    monkeypatch.setattr(_openmp, "_threading_layer", lambda: layer)  # loaded before us
     monkeypatch.setattr(numba, "get_num_threads", lambda: pytest.fail("loaded again"))
-    _threads.load_threading_layer()
-    assert _threads._openmp_spin == "short"
+    _openmp.load_threading_layer()
+    assert _openmp._openmp_spin == "short"
 
 
 def test_the_spin_hint_never_fails_a_kernel_under_error_filters(monkeypatch):
-    monkeypatch.setattr(_threads, "_openmp_spin", None)
-    monkeypatch.setattr(_threads, "_threading_layer", lambda: "omp")
+    monkeypatch.setattr(_openmp, "_openmp_spin", None)
+    monkeypatch.setattr(_openmp, "_threading_layer", lambda: "omp")
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         monkeypatch.delenv(name, raising=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _threads.load_threading_layer()  # no exception
-    assert _threads._openmp_spin == "long"
+        _openmp.load_threading_layer()  # no exception
+    assert _openmp._openmp_spin == "long"
 
 
 @pytest.mark.parametrize("loaded", ["first", "after our import", "by torch first",
@@ -274,7 +275,7 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
         import numpy as np
         if {loaded!r} == "by torch first":
             import torch
-        from dml_onnx._kernels import _threads
+        from dml_onnx._kernels import _openmp, _threads
         from dml_onnx._kernels.lp_pooling import lp_pooling
         def load_openmp():
             ctypes.CDLL(ctypes.util.find_library("gomp"))
@@ -283,16 +284,16 @@ def test_a_process_that_loaded_openmp_first_hears_of_it_at_its_first_kernel(load
             warnings.simplefilter("always")
             if {loaded!r} == "first":
                 load_openmp()
-            with _threads.short_openmp_spin():  # our import's block (onnxruntime-extensions')
+            with _openmp.short_openmp_spin():  # our import's block (onnxruntime-extensions')
                 pass
             if {loaded!r} == "after our import":
                 load_openmp()
             Y = [lp_pooling(X, window_size=[3, 3], strides=[1, 1], start_padding=[0, 0],
                             end_padding=[0, 0], dilations=[1, 1], p=2) for _ in range(2)]
         assert np.array_equal(Y[0], Y[1])
-        torch_lib = {{key for key, path in _threads._mappings() if "torch" in path}}
-        assert _threads._numba_openmp(_threads._bound_deep) not in torch_lib  # numba: its own
-        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _threads._openmp_spin,
+        torch_lib = {{key for key, path in _openmp._mappings() if "torch" in path}}
+        assert _openmp._numba_openmp(_openmp._bound_deep) not in torch_lib  # numba: its own
+        print(sum("GOMP_SPINCOUNT" in str(w.message) for w in caught), _openmp._openmp_spin,
               float(np.abs(Y[0]).sum()))
         """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
@@ -321,7 +322,7 @@ def _run_with_openmp_setting(code: str, user_setting: str | None, timeout: float
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[2], timeout=timeout, check=True)
     kept = user_setting.split("=")[1] if user_setting and "GOMP" in user_setting else None
-    return done.stdout, kept if user_setting else _threads.SPIN_COUNT, kept
+    return done.stdout, kept if user_setting else _openmp.SPIN_COUNT, kept
 
 
 @pytest.mark.parametrize("user_setting", [None, "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=7"])
