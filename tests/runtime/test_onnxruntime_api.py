@@ -6,7 +6,9 @@ values, element types and shapes, and the same error types. On plain onnxruntime
 the case itself. Written from onnxruntime's documented API.
 
 Where ``dml_onnx.InferenceSession`` takes more than onnxruntime does (a ``ModelProto`` or a
-``bytearray`` as the model), the case says so and checks both sides."""
+``bytearray`` as the model), the case says so and checks both sides; the cases at the end are
+ours alone (an array in the other byte order, which onnxruntime reads by its bytes; when split
+execution asks onnxruntime to check a feed)."""
 
 from __future__ import annotations
 
