@@ -16,17 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dml_onnx._domain import DOMAIN, DOMAIN_VERSION
+from dml_onnx._domain import DOMAIN, DOMAIN_VERSION, MEASUREMENTS, MODELS
 
 DEPENDENCIES = {"onnx": "onnx", "onnxruntime": "onnxruntime",
                 "onnxruntime_extensions": "onnxruntime-extensions", "numba": "numba",
                 "numpy": "numpy"}
 """Import name -> the distribution that usually provides it, for ``--version``."""
-MODELS = Path("models")
-"""Where ``conformance export``, ``run`` and ``probe`` look without a folder argument."""
-MEASUREMENTS = Path("tests", "directml")
-"""Where ``conformance directml`` looks without a path: the project's measurements of the real
-DirectML, in a checkout of its source (the wheel holds none)."""
 
 
 def versions() -> str:

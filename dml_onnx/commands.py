@@ -15,8 +15,8 @@ from pathlib import Path
 import onnx
 
 from dml_onnx import conformance, docs
+from dml_onnx._domain import MEASUREMENTS, MODELS
 from dml_onnx.check import model_problems
-from dml_onnx.cli import MEASUREMENTS, MODELS
 from dml_onnx.conformance import directml_ep, probes
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import load_model, save_model, write_file
@@ -41,7 +41,7 @@ def _cases(directory: Path | None, patterns: tuple[str, ...], what: str
     """The folder of exported cases a command reads (``patterns``: globs of its cases).
 
     ``directory`` as given, or None where it holds none (said on stderr, with the command
-    that writes them). Without one: :data:`~dml_onnx.cli.MODELS`, or, where that holds none
+    that writes them). Without one: :data:`~dml_onnx._domain.MODELS`, or, where that holds none
     (an installed wheel ships no cases, since they are written from the package itself), the
     suite exported afresh to a temporary folder, said on stderr, removed afterwards."""
     if directory is None and not _holds(MODELS, patterns):

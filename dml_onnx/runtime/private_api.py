@@ -17,7 +17,7 @@ from typing import Any
 
 import onnxruntime
 
-from dml_onnx._declare import extension_import
+from dml_onnx._extension import extension_import
 
 with extension_import():
     import onnxruntime_extensions
