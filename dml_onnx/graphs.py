@@ -239,7 +239,7 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def _inferred(model: onnx.ModelProto) -> onnx.GraphProto:
+def inferred_graph(model: onnx.ModelProto) -> onnx.GraphProto:
     """The main graph with onnx's shape inference (the domain's schemas registered);
     ``ValueError`` where a node contradicts its schema."""
     register_schemas()
@@ -259,7 +259,7 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
 def element_types_and_ranks(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     """:func:`element_types`, and the rank of every tensor value whose rank is known, from one
     shape inference."""
-    graph = _inferred(model)
+    graph = inferred_graph(model)
     types, ranks = {}, {}
     for value in (*graph.input, *graph.value_info, *graph.output):
         tensor = value.type.tensor_type
@@ -278,7 +278,7 @@ def element_types_and_ranks(model: onnx.ModelProto) -> tuple[dict[str, int], dic
 def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """The dimensions of every value of the main graph whose rank is known (declared or
     inferred), ``None`` for a dimension that is not a fixed number."""
-    graph = _inferred(model)
+    graph = inferred_graph(model)
     return {value.name: [d.dim_value if d.HasField("dim_value") else None
                          for d in value.type.tensor_type.shape.dim]
             for value in (*graph.input, *graph.value_info, *graph.output)

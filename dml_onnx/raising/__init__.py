@@ -36,7 +36,7 @@ from dml_onnx.form import NotEquivalent, op_version
 from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising.chains import chains
-from dml_onnx.raising.rules import EDGE_REGIONS, RULES, _Kept, _Node, _Raise
+from dml_onnx.raising.rules import EDGE_REGIONS, RULES, Kept, Raise, RuleNode
 from dml_onnx.standard import default_opset, with_functions
 
 
@@ -79,7 +79,7 @@ def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
         try:
             replacements[chain.nodes[-1]] = chain.replacement(
                 model.graph.node[chain.nodes[-1]].output[0], types)
-        except _Kept as reason:
+        except Kept as reason:
             kept[chain.label] = str(reason)
             continue
         chained.update(chain.nodes)
@@ -99,12 +99,12 @@ def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
             result.graph.node.append(node)
             continue
         label = node_label(node)
-        view = _Node(node, op_version(node.op_type, opset),
+        view = RuleNode(node, op_version(node.op_type, opset),
                      {a.name: attribute_value(a) for a in node.attribute}, constants, types,
                      opset, f"{base}{index}_", positive_rois)
         try:
             result.graph.node.extend(_raised_nodes(view, rule))
-        except _Kept as reason:
+        except Kept as reason:
             kept[label] = str(reason)
             result.graph.node.append(node)
             continue
@@ -127,7 +127,7 @@ def _opset(model: onnx.ModelProto) -> int:
         raise NotRaisable(f"raising: {error}") from None
 
 
-def _raised_nodes(view: _Node, rule: Callable[[_Node], _Raise]) -> list[onnx.NodeProto]:
+def _raised_nodes(view: RuleNode, rule: Callable[[RuleNode], Raise]) -> list[onnx.NodeProto]:
     raised = rule(view)
     definition = OPERATORS_BY_NAME[raised.op_type]
     allowed = {element_type(t) for t in definition.type_constraints["T"]}
@@ -139,7 +139,7 @@ def _raised_nodes(view: _Node, rule: Callable[[_Node], _Raise]) -> list[onnx.Nod
         node = definition.make_node(raised.inputs, raised.outputs or list(view.proto.output),
                                     name=view.proto.name or None, **raised.attributes)
     except (TypeError, ValueError) as error:
-        raise _Kept(f"attributes outside {raised.op_type}'s range: {error}") from None
+        raise Kept(f"attributes outside {raised.op_type}'s range: {error}") from None
     for k, helper_node in enumerate(raised.before + raised.after):
         helper_node.name = f"{view.prefix}{k}"
     return [*raised.before, node, *raised.after]

@@ -15,7 +15,7 @@ from dml_onnx._wiring import Wiring, arg
 from dml_onnx.definition import attribute_value, element_type, node_label
 from dml_onnx.graphs import static_dims
 from dml_onnx.ops import OPERATORS_BY_NAME
-from dml_onnx.raising.rules import _Kept
+from dml_onnx.raising.rules import Kept
 
 
 class Chain(Protocol):
@@ -25,7 +25,7 @@ class Chain(Protocol):
     label: str  # the name the report gives the chain
 
     def replacement(self, output: str, types: dict[str, int]) -> onnx.NodeProto:
-        """The ``dml_onnx`` node computing the chain into ``output``, or :class:`_Kept`."""
+        """The ``dml_onnx`` node computing the chain into ``output``, or :class:`Kept`."""
         ...
 
     def freed(self, graph: onnx.GraphProto) -> set[str]:
@@ -46,20 +46,20 @@ class _LpPoolChain:
     constants: list[str]  # the chain's constant inputs
 
     def replacement(self, output: str, types: dict[str, int]) -> onnx.NodeProto:
-        """The ``LpPooling`` node computing the chain, or :class:`_Kept` with the reason."""
+        """The ``LpPooling`` node computing the chain, or :class:`Kept` with the reason."""
         p, a = self.p, self.pool
         if not (p.is_integer() and p >= 2 and int(p) % 2 == 0):
-            raise _Kept(f"an exported lp_pool with p {p:g}: it sums x^p, LpPooling |x|^p "
+            raise Kept(f"an exported lp_pool with p {p:g}: it sums x^p, LpPooling |x|^p "
                         "(equal for an even integer p only)")
         k = len(a.get("kernel_shape", []))
         if a.get("ceil_mode", 0) or any(a.get("pads", [0] * 2 * k)) \
                 or any(d != 1 for d in a.get("dilations", [1] * k)) \
                 or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            raise _Kept("an exported lp_pool with ceil_mode, padding or dilation")
+            raise Kept("an exported lp_pool with ceil_mode, padding or dilation")
         definition = OPERATORS_BY_NAME["LpPooling"]
         if types.get(self.source) not in {element_type(t) for t in
                                           definition.type_constraints["T"]}:
-            raise _Kept("an exported lp_pool of an element type LpPooling does not take")
+            raise Kept("an exported lp_pool of an element type LpPooling does not take")
         return definition.make_node([self.source], [output], name=self.label or None,
                                     window_size=a["kernel_shape"],
                                     strides=a.get("strides", [1] * k), p=int(p))
@@ -129,12 +129,12 @@ class _UnfoldChain:
     attributes: dict[str, list[int]]
 
     def replacement(self, output: str, types: dict[str, int]) -> onnx.NodeProto:
-        """The ``Unfold`` node computing the chain, or :class:`_Kept` with the reason."""
+        """The ``Unfold`` node computing the chain, or :class:`Kept` with the reason."""
         try:
             return OPERATORS_BY_NAME["Unfold"].make_node(
                 [self.source], [output], name=self.label or None, **self.attributes)
         except (TypeError, ValueError) as error:
-            raise _Kept(f"attributes outside Unfold's range: {error}") from None
+            raise Kept(f"attributes outside Unfold's range: {error}") from None
 
     def freed(self, graph: onnx.GraphProto) -> set[str]:
         return {name for i in self.nodes for name in graph.node[i].input}

@@ -1,5 +1,5 @@
 """Raising rules: what each standard ``MaxRoiPool``, ``RoiAlign``, ``LpPool`` and ``Col2Im``
-node becomes (a :class:`_Raise`), or why it stays (:class:`_Kept`)."""
+node becomes (a :class:`Raise`), or why it stays (:class:`Kept`)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ EDGE_REGIONS = "dml_onnx: the regions of a raised RoiAlign with a sample on an i
 raising leaves it as it is."""
 
 
-class _Kept(Exception):
+class Kept(Exception):
     """A standard node that stays: its reason."""
 
 
 @dataclass(frozen=True)
-class _Node:
+class RuleNode:
     """A standard node as the rules see it: attributes, version, constant inputs, types."""
 
     proto: onnx.NodeProto
@@ -41,13 +41,13 @@ class _Node:
 
     def require(self, condition: bool, reason: str) -> None:
         if not condition:
-            raise _Kept(reason)
+            raise Kept(reason)
 
     def known_type(self, name: str, what: str) -> int:
         """The element type of ``name``; the node stays where it is unknown."""
         elem = self.types.get(name)
         if elem is None:
-            raise _Kept(f"the element type of {what} is unknown")
+            raise Kept(f"the element type of {what} is unknown")
         return elem
 
     def constant(self, index: int, what: str) -> list[int]:
@@ -70,7 +70,7 @@ class _Node:
 
 
 @dataclass
-class _Raise:
+class Raise:
     """What a rule makes of a standard node: the ``dml_onnx`` node (op type, inputs,
     attributes; ``outputs`` when standard nodes ``after`` it finish the node's outputs), and
     the standard nodes that compute its inputs (``before``)."""
@@ -83,7 +83,7 @@ class _Raise:
     after: list[onnx.NodeProto] = field(default_factory=list)
 
 
-def _max_roi_pool(node: _Node) -> _Raise:
+def _max_roi_pool(node: RuleNode) -> Raise:
     """``MaxRoiPool`` rounds the scaled corners half away from zero, ``RoiPooling`` half to
     even: the raised node reads corners scaled and rounded as ``MaxRoiPool`` does (in float32
     for float16) with ``spatial_scale`` 1."""
@@ -101,12 +101,12 @@ def _max_roi_pool(node: _Node) -> _Raise:
     rounded = before.op("Mul", before.op("Add", whole, before.cast(half_up, ctype)),
                         before.op("Sign", scaled))  # round_half_away, exact
     rows = before.op("Concat", ids, rounded, axis=1)
-    return _Raise("RoiPooling", [image, before.cast(rows, elem) if ctype != elem else rows], {
+    return Raise("RoiPooling", [image, before.cast(rows, elem) if ctype != elem else rows], {
         "pooled_size": node.get("pooled_shape", None), "spatial_scale": 1.0},
         before=before.nodes)
 
 
-def _roi_align(node: _Node) -> _Raise:
+def _roi_align(node: RuleNode) -> Raise:
     """``RoiAlign`` (avg) as ``RoiAlign1``, with the standard nodes for what ONNX does and
     no attribute does: ``output_half_pixel``'s one-pixel clamp, ``sampling_ratio=0``'s empty
     regions, and its closed bounds: a region with a sample on (or within rounding of) -1 or
@@ -164,11 +164,11 @@ def _roi_align(node: _Node) -> _Raise:
         return output
 
     replace_regions(after, aligned, edges, stock, rois, batch, node.proto.output[0])
-    return _Raise("RoiAlign1", inputs, attributes, before=before.nodes, outputs=[raw],
+    return Raise("RoiAlign1", inputs, attributes, before=before.nodes, outputs=[raw],
                   after=after.nodes)
 
 
-def _lp_pool(node: _Node) -> _Raise:
+def _lp_pool(node: RuleNode) -> Raise:
     node.require(node.version >= 11, f"LpPool-{node.version} is not raised")
     auto_pad = node.get("auto_pad", "NOTSET")
     node.require(auto_pad in ("NOTSET", "VALID"), f"auto_pad {auto_pad!r} depends on sizes")
@@ -176,13 +176,13 @@ def _lp_pool(node: _Node) -> _Raise:
     window = node.get("kernel_shape", [])
     k = len(window)
     pads = [0] * (2 * k) if auto_pad == "VALID" else node.get("pads", [0] * (2 * k))
-    return _Raise("LpPooling", list(node.proto.input), {
+    return Raise("LpPooling", list(node.proto.input), {
         "window_size": window, "strides": node.get("strides", [1] * k),
         "dilations": node.get("dilations", [1] * k), "start_padding": pads[:k],
         "end_padding": pads[k:], "p": node.get("p", 2)})
 
 
-def _col2im(node: _Node) -> _Raise:
+def _col2im(node: RuleNode) -> Raise:
     output_size = node.constant(1, "image_shape")
     window = node.constant(2, "block_shape")
     k = len(window)
@@ -190,13 +190,13 @@ def _col2im(node: _Node) -> _Raise:
     dilations = node.get("dilations", [1] * k)
     node.require(min(dilations, default=1) >= 1, f"dilations {dilations}: Col2Im sums every tap "
                  "at one position, where DirectML's Fold of dilation 0 gives zeros")
-    return _Raise("Fold", [node.proto.input[0]], {
+    return Raise("Fold", [node.proto.input[0]], {
         "window_sizes": window, "output_size": output_size,
         "strides": node.get("strides", [1] * k), "dilations": dilations,
         "start_padding": pads[:k], "end_padding": pads[k:]})
 
 
-RULES: dict[str, Callable[[_Node], _Raise]] = {
+RULES: dict[str, Callable[[RuleNode], Raise]] = {
     "MaxRoiPool": _max_roi_pool, "RoiAlign": _roi_align, "LpPool": _lp_pool,
     "Col2Im": _col2im}
-"""Standard op type -> the rule giving its :class:`_Raise` or raising :class:`_Kept`."""
+"""Standard op type -> the rule giving its :class:`Raise` or raising :class:`Kept`."""

@@ -17,7 +17,7 @@ Process-global state, all of it here:
   extension library;
 - ``_VARIANTS_BY_ID`` (PyOp id -> variant) and ``_registration_lock``, which keeps two threads
   from declaring the variants twice;
-- ``_state``, thread-local: the calls of one run happen on the thread that called ``run()``
+- ``call_state``, thread-local: the calls of one run happen on the thread that called ``run()``
   (sequential execution), which is how the hook gets the caller's feeds, hands back direct
   outputs and reports a failed kernel to that run alone.
 """
@@ -67,7 +67,7 @@ _PYOP_TYPES: dict[int, tuple[str, int, type[np.generic]]] = {
     TensorProto.BOOL: ("bool", PyCustomOpDef.dt_bool, np.bool_),
 }
 # The element type a PyOp cannot take: computed in float32 (the spec's float16 rule).
-_CAST_TO_FLOAT = {TensorProto.FLOAT16}
+CAST_TO_FLOAT = {TensorProto.FLOAT16}
 _CAST_BY_ONNXRUNTIME = 1 << 11  # elements: larger float16 conversions go through onnxruntime
 FLOAT16_CONVERTING = frozenset({"LpPooling", "RoiAlign1", "RoiPooling"})
 """Kernels that take direct float16 inputs as they are (in ``FLOAT16_KERNELS``) and convert
@@ -87,7 +87,7 @@ _HALF, _FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
-class _Variant:
+class Variant:
     """One PyOp: an operator at one concrete element type per type constraint; a guarded one
     returns each output's shape too (for the guard ``Reshape``), an unguarded one does not."""
 
@@ -96,7 +96,7 @@ class _Variant:
     guarded: bool
 
 
-_VARIANTS_BY_ID: dict[int, _Variant] = {}
+_VARIANTS_BY_ID: dict[int, Variant] = {}
 _registration_lock = threading.Lock()
 
 
@@ -109,15 +109,15 @@ class _ThreadState(threading.local):
     fetched: dict[str, np.ndarray] | None = None  # its direct outputs, by name
 
 
-_state = _ThreadState()
+call_state = _ThreadState()
 
 
-def _variant_name(definition: OpDefinition, types: dict[str, int], guarded: bool) -> str:
+def variant_name(definition: OpDefinition, types: dict[str, int], guarded: bool) -> str:
     return "_".join([definition.name, *(_PYOP_TYPES[types[name]][0] for name in types),
                      *([] if guarded else ["unguarded"])])
 
 
-def _type_params(definition: OpDefinition) -> list[str]:
+def type_params(definition: OpDefinition) -> list[str]:
     return list(dict.fromkeys(p.type for p in (*definition.inputs, *definition.outputs)))
 
 
@@ -137,12 +137,12 @@ def register_runtime_ops() -> None:
         if _VARIANTS_BY_ID:
             return
         for definition in OPERATORS:
-            params = _type_params(definition)
+            params = type_params(definition)
             choices = [sorted({_TYPE_STRINGS[t] for t in definition.type_constraints[p]}
-                              - _CAST_TO_FLOAT) for p in params]
+                              - CAST_TO_FLOAT) for p in params]
             for combo, guarded in itertools.product(itertools.product(*choices), (True, False)):
                 types = dict(zip(params, combo))
-                op_type = _variant_name(definition, types, guarded)
+                op_type = variant_name(definition, types, guarded)
                 outputs = []
                 for parameter in definition.outputs:
                     outputs += [_PYOP_TYPES[types[parameter.type]][1],
@@ -151,7 +151,7 @@ def register_runtime_ops() -> None:
                     f"{RUNTIME_DOMAIN}::{op_type}",
                     [*(_PYOP_TYPES[types[p.type]][1] for p in definition.inputs),
                      PyCustomOpDef.dt_uint8], outputs, {})
-                _VARIANTS_BY_ID[op_id] = _Variant(
+                _VARIANTS_BY_ID[op_id] = Variant(
                     definition,
                     tuple(np.dtype(_PYOP_TYPES[types[p.type]][2]) for p in definition.outputs),
                     guarded)
@@ -178,7 +178,7 @@ class _Call:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_config(config: bytes) -> _Call:
+def parse_config(config: bytes) -> _Call:
     data = json.loads(config.decode())  # UnicodeDecodeError: a crafted node's, reported
     definition = OPERATORS_BY_NAME[data["op"]]
     feeds = data.get("feeds") or [None] * len(definition.inputs)
@@ -199,21 +199,21 @@ def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tu
     variant = _VARIANTS_BY_ID.get(k_id)
     if variant is None:  # somebody else's PyOp: the extension's own hook
         return extension_hook(k_id, feed, attributes)
-    if _state.in_session and _state.error is not None:
+    if call_state.in_session and call_state.error is not None:
         return _placeholders(k_id, variant)  # a kernel of this run failed: report that one
     config = feed[-1].tobytes() if feed else b""
     try:
-        return (k_id, *_run_call(_parse_config(config), feed[:-1], variant))
+        return (k_id, *run_call(parse_config(config), feed[:-1], variant))
     except BaseException as exc:  # noqa: BLE001 - anything escaping here ends the process
-        _state.error = _kernel_error(exc, variant, config)
-        if not _state.in_session:
-            _logger.error("%s", _state.error if isinstance(exc, Exception) else
+        call_state.error = kernel_error(exc, variant, config)
+        if not call_state.in_session:
+            _logger.error("%s", call_state.error if isinstance(exc, Exception) else
                           f"{variant.definition.name} '{_node_of(config)}': kernel stopped "
                           f"by {type(exc).__name__}")
         return _placeholders(k_id, variant)
 
 
-def _kernel_error(exc: BaseException, variant: _Variant, config: bytes) -> BaseException:
+def kernel_error(exc: BaseException, variant: Variant, config: bytes) -> BaseException:
     """What ``run()`` raises for an exception of a kernel: a :class:`KernelError` as it is,
     an interrupt or exit (not an ``Exception``) as it is, anything else as a
     :class:`KernelError` naming the exception."""
@@ -225,7 +225,7 @@ def _kernel_error(exc: BaseException, variant: _Variant, config: bytes) -> BaseE
     return error
 
 
-def _placeholders(k_id: int, variant: _Variant) -> tuple:
+def _placeholders(k_id: int, variant: Variant) -> tuple:
     """The hook's result for a failed kernel: empty outputs, which a guard ``Reshape``
     refuses."""
     result: list[Any] = [k_id]
@@ -236,14 +236,14 @@ def _placeholders(k_id: int, variant: _Variant) -> tuple:
     return tuple(result)
 
 
-def _run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: _Variant) -> list[Any]:
+def run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: Variant) -> list[Any]:
     """The kernel's outputs as the hook returns them: shape and array for each output,
     followed, for a guarded variant, by its shape as a tensor (what the guard Reshape reads)."""
     inputs: list[np.ndarray | None] = list(feed)
     for i in call.absent:
         inputs[i] = None
     if call.feeds:
-        given = _state.feeds
+        given = call_state.feeds
         wide = (variant.definition.name in FLOAT16_CONVERTING  # few threads: the Cast is faster
                 and workers() < FLOAT16_THREADS)
         for i, name, dtype, kernel_dtype in call.feeds:
@@ -258,7 +258,7 @@ def _run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: _Variant)
         outputs[k] = _to_half_values(outputs[k])
     for array, dtype, fetch in zip(outputs, variant.output_dtypes, call.fetches):
         if array is not None and fetch is not None:
-            fetched = _state.fetched
+            fetched = call_state.fetched
             if fetched is None:
                 raise RuntimeError(f"output {fetch[0]!r} leaves the kernel only through "
                                    "dml_onnx.InferenceSession.run")
@@ -339,7 +339,7 @@ def _node_of(config: bytes) -> str:
 def take_error() -> BaseException | None:
     """The error of the first kernel that failed on this thread since the last call, if any:
     a :class:`KernelError`, or the ``KeyboardInterrupt`` or ``SystemExit`` that stopped it."""
-    error, _state.error = _state.error, None
+    error, call_state.error = call_state.error, None
     return error
 
 

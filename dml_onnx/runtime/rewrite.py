@@ -24,10 +24,10 @@ from dml_onnx.graphs import (
 )
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime.hook import (
-    _CAST_TO_FLOAT,
+    CAST_TO_FLOAT,
     FLOAT16_CONVERTING,
-    _type_params,
-    _variant_name,
+    type_params,
+    variant_name,
 )
 from dml_onnx.schemas import register_schemas
 
@@ -58,7 +58,7 @@ def to_runtime_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx
     after a failed kernel a guard node fails the run (the ``dml_onnx`` logger has the reason).
     ``model``: a path, serialized bytes or a ModelProto.
     """
-    return _runtime_model(load_model(model), mode="guarded", strings=True)
+    return runtime_model(load_model(model), mode="guarded", strings=True)
 
 
 def checked_types(model: onnx.ModelProto, *, strings: bool
@@ -71,7 +71,7 @@ def checked_types(model: onnx.ModelProto, *, strings: bool
     return element_types_and_ranks(model)
 
 
-def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
+def runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
                    elem_types: dict[str, int] | None = None) -> onnx.ModelProto:
     """:func:`to_runtime_model` in any :data:`_Mode`; ``strings`` as :func:`checked_types`
     takes it, which ``elem_types`` comes from where given."""
@@ -86,7 +86,7 @@ def _runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,
     fetched: set[str] = set()  # graph outputs a kernel writes outside onnxruntime
     for index, node in enumerate(model.graph.node):
         if node.domain == DOMAIN:
-            plan = _plan_node(node, elem_types, direct_inputs, direct_outputs)
+            plan = plan_node(node, elem_types, direct_inputs, direct_outputs)
             fetched.update(o.name for o in plan.outputs if o.name in direct_outputs)
             result.graph.node.extend(_emit_node(plan, f"{prefix}_{index}", mode))
         else:
@@ -136,7 +136,7 @@ class _PlannedOutput:
 class _NodePlan:
     """What one ``dml_onnx`` node becomes, decided from the node and its element types alone:
     the PyOp's element types, inputs and outputs, and its config (the JSON that the hook's
-    :func:`~dml_onnx.runtime.hook._parse_config` reads: op, node label, attributes with their
+    :func:`~dml_onnx.runtime.hook.parse_config` reads: op, node label, attributes with their
     defaults, present inputs and outputs, and, where any, the direct feeds and fetches)."""
 
     definition: OpDefinition
@@ -148,7 +148,7 @@ class _NodePlan:
     config: dict[str, Any]
 
 
-def _plan_node(node: onnx.NodeProto, elem_types: dict[str, int], direct_inputs: set[str],
+def plan_node(node: onnx.NodeProto, elem_types: dict[str, int], direct_inputs: set[str],
                direct_outputs: set[str]) -> _NodePlan:
     """The plan of ``node`` (``elem_types``: element types by value name); raises
     :class:`KernelError` for an unknown operator, invalid attributes or input types."""
@@ -163,8 +163,8 @@ def _plan_node(node: onnx.NodeProto, elem_types: dict[str, int], direct_inputs: 
     outputs = [node.output[i] if i < len(node.output) else ""
                for i in range(len(definition.outputs))]
     types = definition.input_element_types(node, elem_types)
-    runtime_types = {p: (TensorProto.FLOAT if types.get(p, TensorProto.FLOAT) in _CAST_TO_FLOAT
-                         else types.get(p, TensorProto.FLOAT)) for p in _type_params(definition)}
+    runtime_types = {p: (TensorProto.FLOAT if types.get(p, TensorProto.FLOAT) in CAST_TO_FLOAT
+                         else types.get(p, TensorProto.FLOAT)) for p in type_params(definition)}
     uncast = _uncast_types(definition, types, runtime_types, inputs, direct_inputs)
 
     planned_inputs, feeds = [], []
@@ -188,9 +188,9 @@ def _plan_node(node: onnx.NodeProto, elem_types: dict[str, int], direct_inputs: 
     # onnxruntime drops a Cast to float16 that a Cast back to float32 follows: the hook
     # rounds these values to float16's itself
     rounded_inputs = [k for k, i in enumerate(planned_inputs) if i.cast
-                      and types[definition.inputs[k].type] in _CAST_TO_FLOAT]
+                      and types[definition.inputs[k].type] in CAST_TO_FLOAT]
     rounded_outputs = [k for k, (o, f) in enumerate(zip(planned_outputs, fetches))
-                       if o.name and not f and o.node_type in _CAST_TO_FLOAT]
+                       if o.name and not f and o.node_type in CAST_TO_FLOAT]
     if rounded_inputs or rounded_outputs:
         config.update(rounded_inputs=rounded_inputs, rounded_outputs=rounded_outputs)
     if any(feeds) or any(fetches):
@@ -250,7 +250,7 @@ def _emit_node(plan: _NodePlan, prefix: str, mode: _Mode) -> list[onnx.NodeProto
             checked = raw
         if checked != target:
             guards.append(helper.make_node("Cast", [checked], [target], to=output.node_type))
-    variant = _variant_name(plan.definition, plan.runtime_types, guarded)
+    variant = variant_name(plan.definition, plan.runtime_types, guarded)
     nodes.append(helper.make_node(variant, [*kernel_inputs, config_name], kernel_outputs,
                                   name=plan.node_name or None, domain=RUNTIME_DOMAIN))
     return nodes + guards

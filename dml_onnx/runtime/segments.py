@@ -54,8 +54,8 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from dml_onnx.definition import DOMAIN
 from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime import host_nodes
-from dml_onnx.runtime.hook import _kernel_error, _parse_config, _run_call, _state, _Variant
-from dml_onnx.runtime.rewrite import _plan_node
+from dml_onnx.runtime.hook import Variant, call_state, kernel_error, parse_config, run_call
+from dml_onnx.runtime.rewrite import plan_node
 from dml_onnx.runtime.weights import in_memory_files, read_by_onnxruntime
 
 
@@ -75,7 +75,7 @@ class Kernel:
 
     node: onnx.NodeProto
     config: bytes  # the hook's config: every present input a feed, every output a fetch
-    variant: _Variant
+    variant: Variant
 
 
 @dataclass(frozen=True)
@@ -385,9 +385,9 @@ def _static_shape_of(node: onnx.NodeProto, static: set[str]) -> bool:
 
 
 def _kernel(node: onnx.NodeProto, elem_types: dict[str, int]) -> Kernel:
-    plan = _plan_node(node, elem_types, set(node.input) - {""},
+    plan = plan_node(node, elem_types, set(node.input) - {""},
                       set(node.output) - {""})
-    variant = _Variant(plan.definition, tuple(
+    variant = Variant(plan.definition, tuple(
         np.dtype(helper.tensor_dtype_to_np_dtype(o.runtime_type)) for o in plan.outputs), False)
     return Kernel(node, json.dumps(plan.config, allow_nan=True).encode(), variant)
 
@@ -477,10 +477,10 @@ class SplitRun:
         first = self.steps[0]
         assert isinstance(first, tuple)  # split() puts a segment first
         self.first = first[1]
-        self.inputs = [_node_arg(v) for v in model.graph.input]
+        self.inputs = [node_arg(v) for v in model.graph.input]
         self._input_dtypes = {v.name: helper.tensor_dtype_to_np_dtype(
             v.type.tensor_type.elem_type) for v in model.graph.input}
-        self.outputs = [_node_arg(v) for v in model.graph.output]
+        self.outputs = [node_arg(v) for v in model.graph.output]
         self._output_names = {arg.name for arg in self.outputs}
         self.profile: list[dict] | None = [] if self.first.get_session_options(
             ).enable_profiling else None
@@ -520,16 +520,16 @@ class SplitRun:
 
     def _call(self, kernel: Kernel, values: dict[str, Any]) -> None:
         started = time.time_ns()
-        state = _state
+        state = call_state
         outer = state.feeds, state.fetched
         state.feeds = {name: _array(values[name]) for name in kernel.node.input if name}
         state.fetched = {}
         try:
-            _run_call(_parse_config(kernel.config), [None] * len(kernel.variant.definition.inputs),
+            run_call(parse_config(kernel.config), [None] * len(kernel.variant.definition.inputs),
                       kernel.variant)
             values.update(state.fetched)
         except BaseException as exc:
-            error = _kernel_error(exc, kernel.variant, kernel.config)
+            error = kernel_error(exc, kernel.variant, kernel.config)
             if error is exc:
                 raise
             raise error from exc
@@ -594,7 +594,7 @@ def _array(value: Any) -> np.ndarray:
     return value.numpy() if isinstance(value, ort.OrtValue) else value
 
 
-def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
+def node_arg(value: onnx.ValueInfoProto) -> NodeArg:
     tensor = value.type.tensor_type
     shape = ([d.dim_value if d.HasField("dim_value") else d.dim_param or None
               for d in tensor.shape.dim] if tensor.HasField("shape") else [])

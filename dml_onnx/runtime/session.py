@@ -25,11 +25,11 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from dml_onnx._kernels import KernelError
 from dml_onnx._kernels._threads import thread_limit
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import _inferred, subgraphs, walk_nodes
-from dml_onnx.runtime.hook import _state, take_error
+from dml_onnx.graphs import inferred_graph, subgraphs, walk_nodes
+from dml_onnx.runtime.hook import call_state, take_error
 from dml_onnx.runtime.private_api import get_library_path, session_run
-from dml_onnx.runtime.rewrite import _runtime_model, checked_types
-from dml_onnx.runtime.segments import HostNode, Kernel, Segment, SplitRun, _node_arg, split
+from dml_onnx.runtime.rewrite import checked_types, runtime_model
+from dml_onnx.runtime.segments import HostNode, Kernel, Segment, SplitRun, node_arg, split
 from dml_onnx.runtime.weights import in_memory_files, read_without_weights
 
 _logger = logging.getLogger("dml_onnx")
@@ -112,7 +112,7 @@ class InferenceSession(ort.InferenceSession):
             self._kernel_inputs: set[str] = set()  # the split run's feed check covers them
             return
         kernel_inputs = {name for node in kernels for name in node.input}
-        model = _runtime_model(model, mode="direct", strings=False, elem_types=elem_types)
+        model = runtime_model(model, mode="direct", strings=False, elem_types=elem_types)
         options = sess_options or ort.SessionOptions()
         if weights and sess_options is not None:  # onnxruntime copies them: none kept here
             names, buffers = in_memory_files(model, weights)
@@ -162,7 +162,7 @@ class InferenceSession(ort.InferenceSession):
                 return self._split.run(names, input_feed, run_options)
             finally:
                 thread_limit.reset(threads)
-        state = _state
+        state = call_state
         state.error = None
         state.in_session += 1
         outer = state.feeds, state.fetched
@@ -328,9 +328,9 @@ class InferenceSession(ort.InferenceSession):
             grown = len(after) > before
         if not after.intersection(arg.name for arg in described):
             return described
-        inferred = {value.name: value for value in _inferred(self._model).output
+        inferred = {value.name: value for value in inferred_graph(self._model).output
                     if value.type.HasField("tensor_type")}
-        return [_node_arg(inferred[arg.name]) if arg.name in after and arg.name in inferred
+        return [node_arg(inferred[arg.name]) if arg.name in after and arg.name in inferred
                 else arg for arg in described]
 
     def get_overridable_initializers(self) -> list[Any]:

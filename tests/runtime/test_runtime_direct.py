@@ -16,7 +16,7 @@ from dml_onnx._kernels.roi_align1 import roi_align1
 from dml_onnx._kernels.unfold import unfold
 from dml_onnx.graphs import element_types, load_model
 from dml_onnx.runtime import RUNTIME_DOMAIN
-from dml_onnx.runtime.rewrite import _plan_node, _runtime_model
+from dml_onnx.runtime.rewrite import plan_node, runtime_model
 
 WINDOW = {"window_sizes": [2, 2], "start_padding": [1, 0], "end_padding": [0, 1]}
 
@@ -259,7 +259,7 @@ def test_the_session_model_passes_graph_values_outside_onnxruntime():
     model = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                    [_value("X", TensorProto.FLOAT, [1, 1, 3])],
                    [_value("U", TensorProto.FLOAT, [1, 2, 2])])
-    direct = _runtime_model(load_model(model), mode="direct", strings=True)
+    direct = runtime_model(load_model(model), mode="direct", strings=True)
     (node,) = [n for n in direct.graph.node if n.domain == RUNTIME_DOMAIN]
     assert "X" not in node.input and node.output[0] == "U"
     assert node.op_type.endswith("_unguarded")
@@ -274,7 +274,7 @@ def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
     unfold = _model([dml_onnx.unfold("X", "U", window_sizes=[2])],
                     [_value("X", TensorProto.FLOAT16, [1, 1, 3])],
                     [_value("U", TensorProto.FLOAT16)])
-    plan = _plan_node(unfold.graph.node[0], element_types(unfold), {"X"}, {"U"})
+    plan = plan_node(unfold.graph.node[0], element_types(unfold), {"X"}, {"U"})
     ((x,), (u,)) = plan.inputs, plan.outputs
     assert (x.direct, x.cast, x.runtime_type) == (True, False, TensorProto.FLOAT)
     assert (u.runtime_type, u.node_type) == (TensorProto.FLOAT, TensorProto.FLOAT16)
@@ -284,10 +284,10 @@ def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
     pool = _model([dml_onnx.lp_pooling("X", "Y", window_size=[3, 3])],
                   [_value("X", TensorProto.FLOAT16, [1, 1, 4, 4])],
                   [_value("Y", TensorProto.FLOAT16)])
-    plan = _plan_node(pool.graph.node[0], element_types(pool), {"X"}, set())
+    plan = plan_node(pool.graph.node[0], element_types(pool), {"X"}, set())
     assert plan.config["feeds"] == [["X", "float16", "float16"]]
     assert "fetches" in plan.config and plan.config["fetches"] == [None]
-    plan = _plan_node(pool.graph.node[0], element_types(pool), set(), set())
+    plan = plan_node(pool.graph.node[0], element_types(pool), set(), set())
     assert (plan.inputs[0].direct, plan.inputs[0].cast) == (False, True)
     assert "feeds" not in plan.config and plan.config["outputs"] == [True]
 
@@ -295,7 +295,7 @@ def test_the_plan_of_a_node_decides_casts_feeds_and_fetches():
                    [_value("X", TensorProto.FLOAT16, [1, 1, 4, 4]),
                     _value("rois", TensorProto.FLOAT16, [1, 4]),
                     _value("batch", TensorProto.INT64, [1])], [_value("Y", TensorProto.FLOAT16)])
-    plan = _plan_node(align.graph.node[0], element_types(align), {"X"}, set())
+    plan = plan_node(align.graph.node[0], element_types(align), {"X"}, set())
     assert plan.config["feeds"] == [["X", "float16", "float32"], None, None]
     assert [(i.direct, i.cast) for i in plan.inputs] == [(True, False), (False, True),
                                                         (False, False)]

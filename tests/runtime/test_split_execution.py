@@ -176,12 +176,12 @@ def test_kernels_read_the_segments_arrays_without_a_copy(monkeypatch):
     model, feeds = _detector_like()
     session = dml_onnx.InferenceSession(model)
     seen = []
-    run_call = segments._run_call
+    run_call = segments.run_call
 
     def spy(call, feed, variant):
-        seen.append({name: array for name, array in segments._state.feeds.items()})
+        seen.append({name: array for name, array in segments.call_state.feeds.items()})
         return run_call(call, feed, variant)
-    monkeypatch.setattr(segments, "_run_call", spy)
+    monkeypatch.setattr(segments, "run_call", spy)
     session.run(None, feeds)
     assert [sorted(s) for s in seen] == [["F_t", "batch", "rois"], ["R_t", "batch", "rois"],
                                         ["S"]]
@@ -239,7 +239,7 @@ def test_models_that_gain_nothing_or_cannot_split_keep_one_session(tmp_path):
 def test_the_feed_is_checked_before_any_kernel_runs(monkeypatch):
     model, feeds = _detector_like()
     session = dml_onnx.InferenceSession(model)
-    monkeypatch.setattr(segments, "_run_call", lambda *a: pytest.fail("a kernel ran"))
+    monkeypatch.setattr(segments, "run_call", lambda *a: pytest.fail("a kernel ran"))
     with pytest.raises(Exception, match="bias"):  # only the last segment reads it
         session.run(None, {"X": feeds["X"]})
     with pytest.raises(Exception, match="(?i)data type"):
@@ -316,12 +316,12 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads, monkeypatch):
     options.intra_op_num_threads = threads
     session = dml_onnx.InferenceSession(model, options)
     seen = []
-    run_call = segments._run_call
+    run_call = segments.run_call
 
     def spy(*args):
         seen.append(_threads.thread_limit.get())
         return run_call(*args)
-    monkeypatch.setattr(segments, "_run_call", spy)
+    monkeypatch.setattr(segments, "run_call", spy)
     session.run(None, feeds)
     assert seen == [threads] * 3
     assert _threads.thread_limit.get() == 0
