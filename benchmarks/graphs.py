@@ -31,25 +31,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import gc
 import json
 import multiprocessing
 import os
-import platform
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import RESULTS, run_pinned
-
-ROUNDS = 5
-_WARM_UP_RUNS = 2
+from benchmarks.harness import (
+    WARM_UP_RUNS,
+    alternating,
+    pinned_arguments,
+    rounds_header,
+    run_pinned,
+    write_results,
+)
 
 
 @dataclass
@@ -185,15 +185,6 @@ def _make_to(names: list[str], folder: Path) -> None:
         np.savez(folder / f"{k}.npz", **arrays)  # type: ignore[arg-type]
 
 
-def _times_ms(run: Callable[[], object], repeat: int) -> list[float]:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        samples.append(1000 * (time.perf_counter() - start))
-    return samples
-
-
 def measure(name: str, stock: bytes, ours: bytes, feeds: dict[str, np.ndarray], cores: int,
             repeat: int, profile: bool, with_torch: bool) -> Result:
     """Stock against ours at ``cores`` intra-op threads, alternating rounds (see the module)."""
@@ -216,30 +207,19 @@ def measure(name: str, stock: bytes, ours: bytes, feeds: dict[str, np.ndarray], 
     makers = {"stock": lambda o: ort.InferenceSession(stock, o,
                                                       providers=["CPUExecutionProvider"]),
               "ours": lambda o: dml_onnx.InferenceSession(ours, o)}
-    outputs: dict[str, list] = {}
-    samples: dict[str, list[float]] = {"stock": [], "ours": []}
-    for _ in range(ROUNDS):
-        for side, make in makers.items():
-            session = make(options())
-            outputs[side] = session.run(None, feeds)
-            for _ in range(_WARM_UP_RUNS - 1):
-                session.run(None, feeds)
-            samples[side] += _times_ms(functools.partial(session.run, None, feeds), repeat)
-            del session
-            gc.collect()
-            time.sleep(0.2)
-    result.stock_ms = statistics.median(samples["stock"])
-    result.ours_ms = statistics.median(samples["ours"])
+    medians, outputs = alternating({side: functools.partial(make, options())
+                                    for side, make in makers.items()}, feeds, repeat)
+    result.stock_ms, result.ours_ms = medians["stock"], medians["ours"]
     got, want = outputs["ours"][0], outputs["stock"][0]
     result.agrees = ("yes" if got.shape == want.shape and np.allclose(got, want, 1e-3, 1e-3)
                      else f"no: {np.abs(got - want).max() if got.shape == want.shape else 'shape'}")
     if profile:
         with tempfile.TemporaryDirectory() as folder:
             session = makers["ours"](options(os.path.join(folder, "p")))
-            for _ in range(repeat + _WARM_UP_RUNS):
+            for _ in range(repeat + WARM_UP_RUNS):
                 session.run(None, feeds)
             events = json.loads(Path(session.end_profiling()).read_text())
-        runs = repeat + _WARM_UP_RUNS  # per run over all of them: its first ones are warm
+        runs = repeat + WARM_UP_RUNS  # per run over all of them: its first ones are warm
         segments = sum(e["dur"] for e in events if e.get("name") == "segment_run")
         kernels = sum(e["dur"] for e in events if e.get("cat") == "Node"
                       and e.get("args", {}).get("provider") == "dml_onnx")
@@ -284,28 +264,20 @@ def table(results: Sequence[Result]) -> str:
 
 
 def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
-    import onnxruntime as ort
-
-    return (f"# Graphs with many small dml_onnx nodes: stock against ours\n\n"
-            f"{platform.machine()}, {os.cpu_count()} cores; onnxruntime {ort.__version__}; "
-            f"median of {ROUNDS} alternating rounds of {args.repeat} runs. At k cores every "
-            f"session has k intra-op threads and the process k CPUs. Segments, kernels and "
-            f"rest: our run's time from its trace (--profile), per run.\n\n{table(results)}\n")
+    return (rounds_header("Graphs with many small dml_onnx nodes: stock against ours",
+                          args.repeat)
+            + " Segments, kernels and rest: our run's time from its trace (--profile), per "
+            f"run.\n\n{table(results)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20, help="runs per round (default 20)")
-    parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
-    parser.add_argument("--only", default="",
-                        help="run the graphs whose name has this (or one of A|B|...)")
     parser.add_argument("--torch", default="no,yes",
                         help="measure in processes with torch imported: no, yes or no,yes")
     parser.add_argument("--profile", action="store_true",
                         help="also split our run's time into segments, kernels and the rest")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where graphs.md goes")
-    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    pinned_arguments(parser, "graphs", "graphs.md")
     parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--with-torch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -326,11 +298,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                    for r in run_pinned(count, "benchmarks.graphs",
                                        common + (["--with-torch"] if with_torch == "yes" else []),
                                        Result)]
-    text = markdown(results, args)
-    print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "graphs.md").write_text(text)
-    print(f"wrote {args.results / 'graphs.md'}", file=sys.stderr)
+    write_results(markdown(results, args), args.results, "graphs.md")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ Every side of a comparison gets the same threads: a script's ``--threads K`` is 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -193,3 +196,76 @@ def run_pinned(cores: int, module: str, argv: Sequence[str], result: type) -> li
                        preexec_fn=lambda: os.sched_setaffinity(0, chosen), check=True,
                        stdout=subprocess.DEVNULL)
         return [result(**fields) for fields in json.loads(found.read_text())]
+
+
+ROUNDS = 5
+"""Alternating rounds of whole runs per side (:func:`alternating`): five, since on the server
+one side's round now and then took a fifth longer than the others (a 2-core Faster R-CNN call
+gave 1.19, the next ones 0.92-0.98)."""
+WARM_UP_RUNS = 2
+"""Runs of a new session not timed: its arenas still grow in its second run (measured: a split
+session's Expand nodes 3.4 ms in its second run, 0.5 in its third)."""
+
+
+def times_ms(run: Callable[[], object], repeat: int) -> list[float]:
+    """``repeat`` calls of ``run``, each timed, in ms."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        samples.append(1000 * (time.perf_counter() - start))
+    return samples
+
+
+def settle() -> None:
+    """Let a closed session's threads and memory go before the next one starts."""
+    gc.collect()
+    time.sleep(SETTLE)
+
+
+def alternating(makers: dict[str, Callable[[], Any]], feeds: dict[str, Any], repeat: int
+                ) -> tuple[dict[str, float], dict[str, list]]:
+    """Each side's median whole run, over :data:`ROUNDS` alternating rounds of ``repeat`` runs
+    (a new session of ``makers[side]()`` each, its first :data:`WARM_UP_RUNS` runs untimed), so
+    that a drift of the machine's speed does not fall on one side; and each side's outputs.
+    Each side runs alone: its session is gone, and its idle threads with it, before the other
+    side starts (a plain session's spinning threads slow whatever runs next)."""
+    outputs: dict[str, list] = {}
+    samples: dict[str, list[float]] = {side: [] for side in makers}
+    for _ in range(ROUNDS):
+        for side, make in makers.items():
+            session = make()
+            outputs[side] = session.run(None, feeds)
+            for _ in range(WARM_UP_RUNS - 1):
+                session.run(None, feeds)
+            samples[side] += times_ms(functools.partial(session.run, None, feeds), repeat)
+            del session
+            settle()
+    return {side: statistics.median(taken) for side, taken in samples.items()}, outputs
+
+
+def pinned_arguments(parser: argparse.ArgumentParser, what: str, results: str) -> None:
+    """The options every whole-model benchmark takes: ``--cores``, ``--only``, ``--results``,
+    and the hidden ones of its pinned children (``--threads``, ``--json``)."""
+    parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
+    parser.add_argument("--only", default="",
+                        help=f"run the {what} whose name has this (or one of A|B|...)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"where {results} goes")
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+
+
+def write_results(text: str, folder: Path, name: str) -> None:
+    """Print ``text`` and write it to ``folder / name``."""
+    print(text)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    print(f"wrote {folder / name}", file=sys.stderr)
+
+
+def rounds_header(title: str, repeat: int, detail: str = "") -> str:
+    """A whole-run results file's title and how it was measured (:func:`alternating`)."""
+    return (f"# {title}\n\n{platform.machine()}, {os.cpu_count()} cores ({_cpu_name()}); "
+            f"onnxruntime {ort.__version__}; {detail}median of {ROUNDS} alternating rounds of "
+            f"{repeat} runs. At k cores every session has k intra-op threads and the process k "
+            f"CPUs.")

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import gc
 import io
 import json
 import multiprocessing
@@ -36,7 +34,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -49,7 +46,15 @@ import onnx
 import onnxruntime as ort
 
 import dml_onnx
-from benchmarks.harness import RESULTS, run_pinned
+from benchmarks.harness import (
+    WARM_UP_RUNS,
+    alternating,
+    pinned_arguments,
+    rounds_header,
+    run_pinned,
+    settle,
+    write_results,
+)
 from dml_onnx.raising import raise_model
 
 DETECTORS = {"Mask R-CNN": "maskrcnn_resnet50_fpn", "Faster R-CNN": "fasterrcnn_resnet50_fpn"}
@@ -134,22 +139,13 @@ def _options(cores: int, profile: str = "") -> ort.SessionOptions:
     return options
 
 
-def _times_ms(run: Callable[[], object], repeat: int) -> list[float]:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        samples.append(1000 * (time.perf_counter() - start))
-    return samples
-
-
 def node_times(make: Callable[[ort.SessionOptions], _Session], feeds: dict, cores: int,
                runs: int, folder: str) -> dict[str, float]:
     """Milliseconds per run spent in each op type, from onnxruntime's profiler: per op type,
     the median over ``runs`` runs of the run's total (a mean of a few runs of millisecond
     nodes moves with one late thread wake-up)."""
     session = make(_options(cores, os.path.join(folder, "profile")))
-    for _ in range(runs + _WARM_UP_RUNS):
+    for _ in range(runs + WARM_UP_RUNS):
         session.run(None, feeds)
     path = session.end_profiling()
     per_run: list[dict[str, float]] = [defaultdict(float)]
@@ -158,14 +154,9 @@ def node_times(make: Callable[[ort.SessionOptions], _Session], feeds: dict, core
             per_run.append(defaultdict(float))  # a run's nodes are logged before its end
         elif event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
             per_run[-1][_op_type(event["args"]["op_name"])] += event["dur"] / 1000
-    counted = per_run[_WARM_UP_RUNS:-1]
+    counted = per_run[WARM_UP_RUNS:-1]
     return {op: statistics.median(run.get(op, 0.0) for run in counted)
             for op in {op for run in counted for op in run}}
-
-
-_WARM_UP_RUNS = 2
-"""Profiled runs not counted: a session's arenas still grow in its second run (measured: a
-split session's Expand nodes 3.4 ms in its second run, 0.5 in its third)."""
 
 
 def _op_type(name: str) -> str:
@@ -193,7 +184,7 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     other side starts (a plain session's spinning threads slow whatever runs next). The whole
     runs are timed in :data:`ROUNDS` alternating rounds, a new session each, so that a drift of
     the machine's speed does not fall on one side; each session's first
-    :data:`_WARM_UP_RUNS` runs are not timed."""
+    :data:`~benchmarks.harness.WARM_UP_RUNS` runs are not timed."""
     result = Result(name, cores)
     raised = raise_model(onnx.load_from_string(stock))
     result.raised_count = len(raised.raised)
@@ -205,38 +196,16 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
         return dml_onnx.InferenceSession(raised.model, options)
 
-    outputs: dict[str, list] = {}
-    samples: dict[str, list[float]] = defaultdict(list)
-    for _ in range(ROUNDS):
-        for side, make in (("stock", plain), ("raised", ours)):
-            session = make(_options(cores))
-            outputs[side] = session.run(None, feeds)
-            for _ in range(_WARM_UP_RUNS - 1):
-                session.run(None, feeds)
-            samples[side] += _times_ms(functools.partial(session.run, None, feeds), repeat)
-            del session
-            _settle()
-    result.stock_ms, result.raised_ms = (statistics.median(samples[side])
-                                         for side in ("stock", "raised"))
+    medians, outputs = alternating({"stock": lambda: plain(_options(cores)),
+                                    "raised": lambda: ours(_options(cores))}, feeds, repeat)
+    result.stock_ms, result.raised_ms = medians["stock"], medians["raised"]
     for side, make in (("stock", plain), ("raised", ours)):
         with tempfile.TemporaryDirectory() as folder:
             nodes = node_times(make, feeds, cores, repeat, folder)
         setattr(result, f"{side}_nodes", nodes)
-        _settle()
+        settle()
     result.agrees = _agree(outputs["raised"], outputs["stock"])
     return result
-
-
-ROUNDS = 5
-"""Alternating rounds of whole runs per side (:func:`measure`): five, since on the server one
-side's round now and then took a fifth longer than the others (a 2-core Faster R-CNN call
-gave 1.19, the next ones 0.92-0.98)."""
-
-
-def _settle() -> None:
-    """Let a closed session's threads and memory go before the next one starts."""
-    gc.collect()
-    time.sleep(0.3)
 
 
 def cases(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
@@ -334,31 +303,19 @@ def node_table(results: Sequence[Result], top: int = 6) -> str:
 
 
 def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    return (f"# Detectors: stock against raised\n\n{platform.machine()}, {os.cpu_count()} cores"
-            f" ({cpu}); onnxruntime {ort.__version__}; image {args.size}x{args.size}, "
-            f"{args.proposals} proposals, median of {ROUNDS} alternating rounds of {args.repeat} "
-            f"runs. At k cores every "
-            f"session has k intra-op threads and the process k CPUs.\n\n{table(results)}\n\n"
-            f"Node time per run (onnxruntime's profiler), by op type, the median of "
-            f"{args.repeat} runs:\n\n"
-            f"{node_table(results)}\n")
+    return (rounds_header("Detectors: stock against raised", args.repeat,
+                          f"image {args.size}x{args.size}, {args.proposals} proposals, ")
+            + f"\n\n{table(results)}\n\nNode time per run (onnxruntime's profiler), by op "
+            f"type, the median of {args.repeat} runs:\n\n{node_table(results)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7, help="runs per median (default 7)")
-    parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
     parser.add_argument("--size", type=int, default=512, help="image side (default 512)")
     parser.add_argument("--proposals", type=int, default=1000,
                         help="RPN proposals after NMS (default 1000)")
-    parser.add_argument("--only", default="",
-                        help="run the models whose label has this (or one of A|B|...)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where models.md goes")
-    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    pinned_arguments(parser, "models", "models.md")
     parser.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.exports:  # a pinned child of the run below
@@ -374,11 +331,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                        for r in run_pinned(cores, "benchmarks.models", common, Result)]
         else:
             results = run_here(args, args.threads, Path(folder))
-    text = markdown(results, args)
-    print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "models.md").write_text(text)
-    print(f"wrote {args.results / 'models.md'}", file=sys.stderr)
+    write_results(markdown(results, args), args.results, "models.md")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ import math
 import sys
 
 import numpy as np
+import pytest
 
 import dml_onnx
-from benchmarks import bandwidth, models, neighbours, run
+from benchmarks import bandwidth, graphs, harness, models, neighbours, run
 from benchmarks.harness import traced_peak
 from benchmarks.rows import rows as benchmark_rows
 
@@ -130,3 +131,44 @@ def test_the_models_script_takes_the_median_run_of_each_op_type(tmp_path):
 
     times = models.node_times(Profiled, {}, 1, 3, str(tmp_path))
     assert times == {"RoiAlign1": 2.4, "Conv": 1.0}
+
+
+@pytest.mark.parametrize("kind, nodes", [("unfold", 8), ("roi_align", 4)])
+def test_the_graphs_scripts_chains_compute_what_their_stock_forms_compute(kind, nodes):
+    """benchmarks/graphs.py's chains (no torch needed): ours in dml_onnx's session and the
+    lowered stock model in plain onnxruntime agree, with the dml_onnx nodes it says."""
+    import onnx
+    import onnxruntime as ort
+
+    import dml_onnx
+    stock, ours, feeds = graphs._chain_model(kind)
+    model = onnx.load_from_string(ours)
+    assert sum(node.domain == dml_onnx.DOMAIN for node in model.graph.node) == nodes
+    want = ort.InferenceSession(stock, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = dml_onnx.InferenceSession(ours).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_alternating_rounds_time_each_side_in_turn_on_new_sessions(monkeypatch):
+    """harness.alternating: per round a new session of each side in turn, its warm-up runs
+    untimed, then the median of each side's timed runs."""
+    monkeypatch.setattr(harness, "SETTLE", 0)
+    made, ticks = [], iter(range(10**6))
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: next(ticks) / 1000)
+
+    class Session:
+        def __init__(self, side):
+            made.append(side)
+            self.side = side
+
+        def run(self, names, feeds):
+            if self.side == "slow":  # each timed run of this side takes two ticks more
+                next(ticks)
+                next(ticks)
+            return [self.side]
+
+    medians, outputs = harness.alternating({"fast": lambda: Session("fast"),
+                                            "slow": lambda: Session("slow")}, {}, 3)
+    assert made == ["fast", "slow"] * harness.ROUNDS
+    assert outputs == {"fast": ["fast"], "slow": ["slow"]}
+    assert medians == pytest.approx({"fast": 1.0, "slow": 3.0})
