@@ -30,7 +30,8 @@ def declare_with_extension() -> None:
     if EXTENSION in sys.modules:
         _load_runtime()
     elif not any(isinstance(finder, _AfterExtension) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterExtension())
+        # a new list, not the list changed in place: another thread's import may iterate it
+        sys.meta_path = [_AfterExtension(), *sys.meta_path]
 
 
 def _load_runtime() -> None:
@@ -47,7 +48,7 @@ class _AfterExtension(importlib.abc.MetaPathFinder):
         if name != EXTENSION:
             return None
         if self in sys.meta_path:
-            sys.meta_path.remove(self)
+            sys.meta_path = [finder for finder in sys.meta_path if finder is not self]
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
