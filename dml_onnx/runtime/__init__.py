@@ -32,24 +32,39 @@ their inputs of that type are direct.
 
 Where a ``dml_onnx`` node reads or writes a value between standard nodes, even the direct
 rewrite would copy it; :class:`InferenceSession` then runs the model split instead
-(:mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes and the
-kernels between them, on arrays passed without copies.
+(:mod:`~dml_onnx.runtime.plan`, :mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over
+the standard nodes and the kernels between them, on arrays passed without copies.
 
-The package: :mod:`~dml_onnx.runtime.hook` declares the PyOps and runs their kernels (all the
-binding's process-global state), :mod:`~dml_onnx.runtime.rewrite` rewrites models for them,
-:mod:`~dml_onnx.runtime.session` is :class:`InferenceSession`,
-:mod:`~dml_onnx.runtime.segments` its split execution,
-:mod:`~dml_onnx.runtime.weights` takes a model's weights apart from its graph, and
+The package, in the order a model goes through :class:`InferenceSession`
+(:mod:`~dml_onnx.runtime.session`, which drives the stages):
+
+- load: :mod:`~dml_onnx.runtime.weights` reads a model without its weights
+  (:mod:`~dml_onnx.runtime.wire` walks its bytes, :mod:`~dml_onnx.runtime.stubs` names the
+  weights left out), :mod:`~dml_onnx.runtime.rewrite` checks its ``dml_onnx`` nodes' types,
+  and :mod:`~dml_onnx.runtime.checks` refuses what onnxruntime refuses as it does;
+- plan: :mod:`~dml_onnx.runtime.plan` chooses the steps of split execution (segments,
+  kernels, and the standard nodes :mod:`~dml_onnx.runtime.host_nodes` computes on the host),
+  :mod:`~dml_onnx.runtime.prepare` keeps the checks and the steps per graph;
+- build: :mod:`~dml_onnx.runtime.segments` creates the segments' sessions, or
+  :mod:`~dml_onnx.runtime.rewrite` rewrites the model for one session of PyOps, which
+  :mod:`~dml_onnx.runtime.hook` declares; :mod:`~dml_onnx.runtime.stubs` hands onnxruntime the
+  weights, on the session options of :mod:`~dml_onnx.runtime.options`;
+- run: :meth:`InferenceSession.run` and :mod:`~dml_onnx.runtime.segments`' steps call the
+  kernels through :mod:`~dml_onnx.runtime.hook` (all the binding's process-global state);
+  :mod:`~dml_onnx.runtime.checks` checks unusual feeds, and
+  :mod:`~dml_onnx.runtime.io_binding` is the session's I/O binding.
+
 :mod:`~dml_onnx.runtime.private_api` holds every private part of onnxruntime-extensions and
-onnxruntime it uses. Importing it declares the PyOps and installs the hook.
+onnxruntime the package uses. Importing it declares the PyOps and installs the hook.
 """
 
 from __future__ import annotations
 
 from dml_onnx.definition import RUNTIME_DOMAIN
 from dml_onnx.runtime.hook import register_runtime_ops, take_error
+from dml_onnx.runtime.options import quiet_session_options
 from dml_onnx.runtime.rewrite import FLOAT16_KERNELS, to_runtime_model
-from dml_onnx.runtime.session import ASYNC_THREADS, InferenceSession, quiet_session_options
+from dml_onnx.runtime.session import ASYNC_THREADS, InferenceSession
 
 __all__ = ["ASYNC_THREADS", "FLOAT16_KERNELS", "RUNTIME_DOMAIN", "InferenceSession",
            "quiet_session_options", "register_runtime_ops", "take_error", "to_runtime_model"]

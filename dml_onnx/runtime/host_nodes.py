@@ -1,8 +1,8 @@
-"""Standard nodes computed in numpy between the kernels of a split run
-(:mod:`~dml_onnx.runtime.segments`), where onnxruntime would copy or write out what numpy
-leaves where it lies: a scatter into an array that nothing else reads, the index an
-``Expand`` broadcasts for it, the ``ConstantOfShape`` it starts from, and a ``Cast`` to the
-type a value already has.
+"""Standard nodes computed in numpy between the kernels of a split run (chosen by
+:mod:`~dml_onnx.runtime.plan`, run by :mod:`~dml_onnx.runtime.segments`), where onnxruntime
+would copy or write out what numpy leaves where it lies: a scatter into an array that nothing
+else reads, the index an ``Expand`` broadcasts for it, the ``ConstantOfShape`` it starts from,
+and a ``Cast`` to the type a value already has.
 
 torchvision's detectors merge their poolers' levels so (``_onnx_merge_levels``): a
 ``ConstantOfShape`` of zeros ``[R, C, h, w]``, then per level a ``ScatterElements`` along

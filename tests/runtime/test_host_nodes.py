@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from dml_onnx.runtime import host_nodes, segments
+from dml_onnx.runtime import host_nodes, plan
 from tests.runtime._adversarial import plain_session
 from tests.runtime.test_split_execution import (
     _fails_as_onnxruntime_and_goes_on,
@@ -227,7 +227,7 @@ def _merge_levels(reduction=None, zeros_read_twice=False, index_read_twice=False
 
 def _host_ops(session):
     return sorted(step.node.op_type for step in session._split.steps
-                  if isinstance(step, segments.HostNode))
+                  if isinstance(step, plan.HostNode))
 
 
 def test_the_merge_of_pooled_levels_runs_on_the_host_in_one_array(monkeypatch):
@@ -339,7 +339,7 @@ def test_graph_outputs_that_a_host_cast_gives_one_array_are_distinct_arrays():
                                 [_value(name, float_) for name in names])
     session = dml_onnx.InferenceSession(model)
     assert [(s.node.output[0], s.copy) for s in session._split.steps
-            if isinstance(s, segments.HostNode)] == [
+            if isinstance(s, plan.HostNode)] == [
         ("C", True), ("CC", True), ("D", False), ("E", True), ("F", False)]
     feeds = {"X0": np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)}
     want = _one_session(model, feeds)

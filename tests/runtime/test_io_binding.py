@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from dml_onnx.runtime.session import IOBinding
+from dml_onnx.runtime.io_binding import IOBinding
 from tests.runtime.test_session_compatibility import POOL, X, _sessions, _value
 
 LAYOUTS = ["standard", "one session", "at the ends", "between"]

@@ -25,7 +25,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from dml_onnx.runtime import segments
+from dml_onnx.runtime import plan
 
 KINDS = ["onnxruntime", "dml_onnx"]
 LAYOUTS = ["standard", "split", "direct"]
@@ -629,7 +629,7 @@ def test_a_float16_model(kind, layout):
 def test_the_split_layout_runs_split():
     """The "split" layout is what split execution takes (and the others are not)."""
     split = dml_onnx.InferenceSession(_model("split"))._split
-    assert split is not None and isinstance(split.steps[1], segments.Kernel)
+    assert split is not None and isinstance(split.steps[1], plan.Kernel)
 
 
 # --- where our session does not follow onnxruntime --------------------------------------------

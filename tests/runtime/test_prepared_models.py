@@ -1,5 +1,5 @@
 """A model's checked types and steps are kept for the next session of the same graph
-(dml_onnx.runtime.session.PREPARED_MODELS): prepared once, never changed by a session, the
+(dml_onnx.runtime.prepare.PREPARED_MODELS): prepared once, never changed by a session, the
 weights always the session's own, at most PREPARED_MODELS graphs and PREPARED_BYTES kept,
 sessions created on several threads at once each right."""
 
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.runtime import session as session_module
+from dml_onnx.runtime import prepare, weights
 
 FLOAT = TensorProto.FLOAT
 
@@ -48,14 +48,14 @@ def counted(monkeypatch):
     """An empty store of prepared models, and how often types were checked and steps made."""
     calls = {"checked_types": 0, "split": 0}
     for name in calls:
-        original = getattr(session_module, name)
+        original = getattr(prepare, name)
 
         def counting(*arguments, _name=name, _original=original, **keywords):
             calls[_name] += 1
             return _original(*arguments, **keywords)
 
-        monkeypatch.setattr(session_module, name, counting)
-    monkeypatch.setattr(session_module, "_prepared_models", OrderedDict())
+        monkeypatch.setattr(prepare, name, counting)
+    monkeypatch.setattr(prepare, "_prepared_models", OrderedDict())
     return calls
 
 
@@ -73,7 +73,7 @@ def test_a_model_created_again_is_prepared_once_and_its_steps_never_change(count
     sessions = [dml_onnx.InferenceSession(serialized, ort.SessionOptions() if options else None)
                 for _ in range(3)]
     assert counted == {"checked_types": 1, "split": 1}
-    ((_, (_, _, steps)),) = session_module._prepared_models.values()
+    ((_, (_, _, steps)),) = prepare._prepared_models.values()
     assert steps is not None and all(session._split is not None for session in sessions)
     kept = [step.model.SerializeToString() for step in steps if hasattr(step, "model")]
     more = dml_onnx.InferenceSession(serialized, ort.SessionOptions() if options else None)
@@ -111,15 +111,15 @@ def test_a_bad_model_is_refused_every_time(counted):
     for _ in range(2):
         with pytest.raises(Exception, match="unknown"):
             dml_onnx.InferenceSession(model.SerializeToString())
-    assert counted["checked_types"] == 2 and not session_module._prepared_models
+    assert counted["checked_types"] == 2 and not prepare._prepared_models
 
 
 def test_only_the_latest_graphs_are_kept(counted):
     models = [_model(_weight(1), bias=float(k))
-              for k in range(session_module.PREPARED_MODELS + 1)]
+              for k in range(prepare.PREPARED_MODELS + 1)]
     for model in models:
         dml_onnx.InferenceSession(model.SerializeToString())
-    assert len(session_module._prepared_models) == session_module.PREPARED_MODELS
+    assert len(prepare._prepared_models) == prepare.PREPARED_MODELS
     _check(dml_onnx.InferenceSession(models[-1].SerializeToString()), models[-1])
     assert counted["split"] == len(models)
     _check(dml_onnx.InferenceSession(models[0].SerializeToString()), models[0])  # dropped
@@ -128,16 +128,16 @@ def test_only_the_latest_graphs_are_kept(counted):
 
 def test_no_more_than_the_byte_budget_is_kept(counted, monkeypatch):
     models = [_model(_weight(1), bias=float(k)) for k in range(3)]
-    size = len(session_module.read_without_weights(
+    size = len(weights.read_without_weights(
         models[0].SerializeToString(), lambda light: light.SerializeToString())[2])
-    monkeypatch.setattr(session_module, "PREPARED_BYTES", 2 * size)
+    monkeypatch.setattr(prepare, "PREPARED_BYTES", 2 * size)
     for model in models:
         dml_onnx.InferenceSession(model.SerializeToString())
-    assert len(session_module._prepared_models) == 2
-    session_module._prepared_models.clear()
-    monkeypatch.setattr(session_module, "PREPARED_BYTES", size - 1)  # a larger one: not kept
+    assert len(prepare._prepared_models) == 2
+    prepare._prepared_models.clear()
+    monkeypatch.setattr(prepare, "PREPARED_BYTES", size - 1)  # a larger one: not kept
     _check(dml_onnx.InferenceSession(models[0].SerializeToString()), models[0])
-    assert not session_module._prepared_models
+    assert not prepare._prepared_models
 
 
 def test_sessions_created_on_several_threads_at_once_each_compute_their_model(counted):
@@ -149,7 +149,7 @@ def test_sessions_created_on_several_threads_at_once_each_compute_their_model(co
             lambda m: dml_onnx.InferenceSession(m.SerializeToString()), models))
     for session, model in zip(sessions, models, strict=True):
         _check(session, model)
-    assert len(session_module._prepared_models) == 3
+    assert len(prepare._prepared_models) == 3
 
 
 def test_the_callers_later_edits_of_a_model_reach_no_kept_step(counted):

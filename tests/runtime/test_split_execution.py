@@ -21,7 +21,7 @@ from onnxruntime_extensions import get_library_path
 import dml_onnx
 from dml_onnx._kernels import KernelError, _threads
 from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.runtime import segments
+from dml_onnx.runtime import plan, segments
 
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
@@ -76,8 +76,8 @@ def test_a_detector_like_graph_splits_and_equals_the_one_session_route(dtype):
     model, feeds = _detector_like(dtype)
     session = dml_onnx.InferenceSession(model)
     assert session._split is not None
-    kinds = ["kernel" if isinstance(step, segments.Kernel) else "host" if isinstance(
-        step, segments.HostNode) else "segment" for step in session._split.steps]
+    kinds = ["kernel" if isinstance(step, plan.Kernel) else "host" if isinstance(
+        step, plan.HostNode) else "segment" for step in session._split.steps]
     # float32: the Cast of the last kernel's output to its own type is that array itself
     assert kinds == ["segment", "kernel", "kernel", "segment", "kernel",
                      *(["host"] if dtype == FLOAT else []), "segment"]
@@ -358,7 +358,7 @@ def test_a_kernels_output_reaches_the_next_segment_with_its_rank():
     stay unknown (an exporter's recorded ones may be wrong)."""
     model, _ = _detector_like()
     steps = dml_onnx.InferenceSession(model)._split.steps
-    second = [s for s in steps if not isinstance(s, segments.Kernel)][1][0]
+    second = [s for s in steps if not isinstance(s, plan.Kernel)][1][0]
     declared = {v.name: v.type.tensor_type for v in second.model.graph.input}
     assert sorted(declared) == ["A", "B"]
     for tensor in declared.values():
@@ -409,7 +409,7 @@ def test_constant_nodes_go_into_every_segment_that_reads_them():
          helper.make_node("Reshape", ["Q_half", "X_shape"], ["Y"])],
         [_value("X", FLOAT, [1, 3, 6, 6])], [_value("Y")], initializers=[weight])
     session = dml_onnx.InferenceSession(model)
-    first, last = [s[0] for s in session._split.steps if not isinstance(s, segments.Kernel)]
+    first, last = [s[0] for s in session._split.steps if not isinstance(s, plan.Kernel)]
     assert first.outputs == ("G",) and last.inputs == ("P", "X")
     assert [n.op_type for n in last.model.graph.node] == [
         "Identity", "Constant", "Shape", "Conv", "Mul", "Reshape"]
@@ -432,7 +432,7 @@ def test_a_segment_leaves_out_the_constants_only_later_segments_read(capfd):
          helper.make_node("Mul", ["P", "later"], ["Y"])],
         [_value("X", FLOAT, [1, 3, 6, 6])], [_value("Y")])
     session = dml_onnx.InferenceSession(model)
-    first, last = [s[0] for s in session._split.steps if not isinstance(s, segments.Kernel)]
+    first, last = [s[0] for s in session._split.steps if not isinstance(s, plan.Kernel)]
     assert [n.op_type for n in first.model.graph.node] == ["Relu"]
     assert [n.op_type for n in last.model.graph.node] == ["Constant", "Mul"]
     assert "Removing initializer" not in capfd.readouterr().err

@@ -17,7 +17,8 @@ from onnx import TensorProto, numpy_helper
 
 import dml_onnx
 from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
-from dml_onnx.runtime.weights import in_memory_files, load_without_weights
+from dml_onnx.runtime.stubs import in_memory_files
+from dml_onnx.runtime.weights import load_without_weights
 from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor
 
 
@@ -152,11 +153,11 @@ def test_meanwhile_runs_on_the_stubbed_model_while_the_weights_are_read(tmp_path
     first, the load would fail), and returns its result with the filled arrays."""
     import threading
 
-    from dml_onnx.runtime import weights
+    from dml_onnx.runtime import weights, wire
 
     model, path = _saved_for_small_pieces_on_four_threads(tmp_path, monkeypatch)
     called = threading.Event()
-    read_into = weights._FileData.read_into
+    read_into = wire.FileData.read_into
     readers = set()
 
     def waiting(self, *args):
@@ -166,7 +167,7 @@ def test_meanwhile_runs_on_the_stubbed_model_while_the_weights_are_read(tmp_path
                 raise AssertionError("read before meanwhile was called")
         return read_into(self, *args)
 
-    monkeypatch.setattr(weights._FileData, "read_into", waiting)
+    monkeypatch.setattr(wire.FileData, "read_into", waiting)
 
     def meanwhile(light):
         assert {t.name for t in light.graph.initializer

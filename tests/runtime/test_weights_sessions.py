@@ -18,7 +18,8 @@ from onnx import TensorProto
 
 import dml_onnx
 from dml_onnx.reference import ReferenceEvaluator
-from dml_onnx.runtime.weights import _FileData, load_without_weights
+from dml_onnx.runtime.weights import load_without_weights
+from dml_onnx.runtime.wire import FileData
 from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor
 
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -165,7 +166,7 @@ def test_a_file_cut_short_while_it_is_read_raises_and_a_truncated_one_is_no_mode
     path = tmp_path / "model.onnx"
     onnx.save(_model(_initializers()[:3]), path)
     data = path.read_bytes()
-    with _FileData(path) as reader:
+    with FileData(path) as reader:
         assert reader[5] == data[5] and reader.read(10, 20) == data[10:30]
         os.truncate(path, len(data) // 2)
         with pytest.raises(OSError, match="ended at byte"):

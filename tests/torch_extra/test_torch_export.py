@@ -145,7 +145,7 @@ def test_exported_torchvision_detector_detects_what_torch_detects(builder, size)
 
     from benchmarks.models import onnx_bytes
     from dml_onnx.raising import raise_model
-    from dml_onnx.runtime.segments import HostNode
+    from dml_onnx.runtime.plan import HostNode
     stock_file = onnx_bytes(model, image)
     stock = onnx.load_from_string(stock_file)
     raised = raise_model(stock)
