@@ -19,14 +19,8 @@ from dml_onnx.ops._roi import (
     spatial_image,
 )
 from dml_onnx.ops._roi_cases import roi_align1_examples
-from dml_onnx.ops._roi_sampling import (
-    RoiGrid,
-    dims,
-    edge_regions,
-    image_rows,
-    regions,
-    replace_regions,
-)
+from dml_onnx.ops._roi_edges import edge_regions, replace_regions
+from dml_onnx.ops._roi_sampling import RoiGrid, dims, image_rows, regions
 from dml_onnx.reference_ops import roi_align1 as reference
 
 

@@ -12,7 +12,7 @@ import onnx
 from dml_onnx._kernels._checks import UINT32_MAX
 from dml_onnx.definition import node_label
 from dml_onnx.form import StandardNode
-from dml_onnx.ops._roi_sampling import edge_regions, replace_regions
+from dml_onnx.ops._roi_edges import edge_regions, replace_regions
 
 EDGE_REGIONS = "dml_onnx: the regions of a raised RoiAlign with a sample on an image edge"
 """The ``doc_string`` of the ``RoiAlign`` that computes those regions (see :func:`_roi_align`);
@@ -110,7 +110,7 @@ def _roi_align(node: RuleNode) -> Raise:
     """``RoiAlign`` (avg) as ``RoiAlign1``, with the standard nodes for what ONNX does and
     no attribute does: ``output_half_pixel``'s one-pixel clamp, ``sampling_ratio=0``'s empty
     regions, and its closed bounds: a region with a sample on (or within rounding of) -1 or
-    H (W) (:func:`~dml_onnx.ops._roi_sampling.edge_regions`) takes its outputs from the
+    H (W) (:func:`~dml_onnx.ops._roi_edges.edge_regions`) takes its outputs from the
     ``RoiAlign`` itself, run on those regions alone (none, in a detector)."""
     node.require(node.version >= 16, f"RoiAlign-{node.version} has no half_pixel mode")
     mode = node.get("mode", "avg")
