@@ -124,12 +124,14 @@ def test_builder_docstring_is_written_from_the_definition(definition):
 
 
 def _without_domain_import() -> onnx.ModelProto:
-    """A model as ``onnx.helper.make_model`` makes it without ``opset_imports``: the default
-    domain's import alone."""
+    """A model as ``onnx.helper.make_model`` makes it without the domain's import: the default
+    domain's alone (at the project's standard opset: onnx's newest, which ``make_model`` takes
+    by default, is beyond what the oldest supported onnxruntime loads)."""
     graph = helper.make_graph([dml_onnx.unfold("X", "Y", window_sizes=[1, 1], name="u")], "g",
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 2, 2])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, ir_version=dml_onnx.IR_VERSION)
+    model = helper.make_model(graph, ir_version=dml_onnx.IR_VERSION,
+                              opset_imports=[helper.make_opsetid("", dml_onnx.STANDARD_OPSET)])
     assert [o.domain for o in model.opset_import] == [""]
     return model
 
