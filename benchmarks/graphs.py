@@ -207,8 +207,11 @@ def measure(name: str, stock: bytes, ours: bytes, feeds: dict[str, np.ndarray], 
     makers = {"stock": lambda o: ort.InferenceSession(stock, o,
                                                       providers=["CPUExecutionProvider"]),
               "ours": lambda o: dml_onnx.InferenceSession(ours, o)}
-    medians, outputs = alternating({side: functools.partial(make, options())
-                                    for side, make in makers.items()}, feeds, repeat)
+    def fresh(make: Callable[[ort.SessionOptions], object]) -> Callable[[], object]:
+        return lambda: make(options())  # a split session adds its segments' weights to them
+
+    medians, outputs = alternating({side: fresh(make) for side, make in makers.items()},
+                                   feeds, repeat)
     result.stock_ms, result.ours_ms = medians["stock"], medians["ours"]
     got, want = outputs["ours"][0], outputs["stock"][0]
     result.agrees = ("yes" if got.shape == want.shape and np.allclose(got, want, 1e-3, 1e-3)

@@ -21,9 +21,9 @@ SPIN_COUNT = "0"
 """``GOMP_SPINCOUNT`` while GNU OpenMP loads (unless the user set it or ``OMP_WAIT_POLICY``):
 its threads then sleep as soon as a launch ends. Any spinning takes the cores that the next
 onnxruntime segment needs: on the 16-core server a CNN with 8 ``LpPooling`` nodes between
-convolutions ran in 19.4 ms with 10,000 spins and 2.8 with none (stock onnxruntime 3.9 ms),
-its segments 15.6 against 2.0 ms; the default 300,000 spins took 12.6 against 5.9 ms for
-Conv -> LpPooling -> Conv there."""
+convolutions ran in 19.4 ms with 10,000 spins (its segments 15.6 ms; stock onnxruntime 5.0 ms),
+and in 2.8 ms with none set before Python started (its segments 2.0 ms; stock 3.9); the
+default 300,000 spins took 12.6 against 5.9 ms for Conv -> LpPooling -> Conv there."""
 
 
 @contextlib.contextmanager
@@ -77,12 +77,14 @@ def load_threading_layer() -> None:
     already, with ``RTLD_DEEPBIND``: torch loads its own copy of libgomp into the process's
     global scope, where numba's OpenMP pool would otherwise find its ``GOMP_*`` functions, and
     use torch's threads with their default spin of some 10 ms after every launch (a CNN with 8
-    LpPooling nodes took 80 ms against 5.4 on the 16-core server with torch imported first);
+    LpPooling nodes took 80 ms on the 16-core server with torch imported first, 5.4 without);
     bound deep, it uses the copy it links to. Where that very library was loaded before (by
     ``ctypes``, by another package, by the application's own parallel numba code that loaded
     the layer first), its spin cannot be changed any more: ``long``, and one
     ``RuntimeWarning`` says what to set (:func:`run_compiled` then uses Python threads)."""
     global _openmp_spin, _bound_deep
+    if _openmp_spin is not None:  # every launch asks: known, no lock
+        return
     with _layer_lock:
         if _openmp_spin is not None:
             return
