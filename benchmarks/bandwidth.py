@@ -36,9 +36,8 @@ def best_ms(call: Callable[[], object], repeat: int = 15) -> float:
 
 def main() -> None:
     threads = harness.threads_argument(__doc__.split("\n\n")[0])
-    print("| row | input MB | read ms | copy ms | ours ms | peer ms | read GB/s | ours GB/s | "
-          "peer GB/s | ours / read |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(harness.table_head("row", "input MB", "read ms", "copy ms", "ours ms", "peer ms",
+                             "read GB/s", "ours GB/s", "peer GB/s", "ours / read"))
     for row in rows(np.random.default_rng(0)):
         arrays = [a for a in row.inputs if a is not None]
         size = sum(a.nbytes for a in arrays)

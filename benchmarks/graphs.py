@@ -45,9 +45,11 @@ import numpy as np
 from benchmarks.harness import (
     WARM_UP_RUNS,
     alternating,
+    import_torch_if_asked,
     pinned_arguments,
     rounds_header,
-    run_pinned,
+    run_all_pinned,
+    table_head,
     write_results,
 )
 
@@ -249,9 +251,10 @@ def run_here(args: argparse.Namespace, names: Sequence[str], folder: Path) -> li
 
 
 def table(results: Sequence[Result]) -> str:
-    lines = ["| graph | dml_onnx nodes | cores | torch imported | stock ms | ours ms | "
-             "ours / stock | segments ms | kernels ms | rest ms | outputs agree |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [table_head("graph", "dml_onnx nodes", "cores", "torch imported",
+                        "stock ms", "ours ms", "ours / stock", "segments ms",
+                        "kernels ms", "rest ms", "outputs agree",
+                        text=("torch imported", "outputs agree"))]
     for r in results:
         if r.error:
             lines.append(f"| {r.graph} | | {r.cores} | {'yes' if r.torch else 'no'} | "
@@ -276,31 +279,22 @@ def markdown(results: Sequence[Result], args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20, help="runs per round (default 20)")
-    parser.add_argument("--torch", default="no,yes",
-                        help="measure in processes with torch imported: no, yes or no,yes")
     parser.add_argument("--profile", action="store_true",
                         help="also split our run's time into segments, kernels and the rest")
     pinned_arguments(parser, "graphs", "graphs.md")
     parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--with-torch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n for n in GRAPHS if any(part in n for part in args.only.split("|"))]
     if args.models:  # a pinned child of the run below
-        if args.with_torch:
-            import torch  # noqa: F401 - loads torch's GNU OpenMP first, as a conversion script
+        import_torch_if_asked(args)
         results = run_here(args, names, args.models)
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
         return
-    cores = sorted({int(k) for k in args.cores.split(",")}) if args.cores else [
-        len(os.sched_getaffinity(0))]
     with tempfile.TemporaryDirectory() as folder:
         make_all(names, Path(folder))
-        common = ["--repeat", str(args.repeat), "--only", args.only, "--models", folder,
-                  *(["--profile"] if args.profile else [])]
-        results = [r for count in cores for with_torch in args.torch.split(",")
-                   for r in run_pinned(count, "benchmarks.graphs",
-                                       common + (["--with-torch"] if with_torch == "yes" else []),
-                                       Result)]
+        results = run_all_pinned(args, "benchmarks.graphs", [
+            "--repeat", str(args.repeat), "--only", args.only, "--models", folder,
+            *(["--profile"] if args.profile else [])], Result)
     write_results(markdown(results, args), args.results, "graphs.md")
 
 

@@ -245,14 +245,37 @@ def alternating(makers: dict[str, Callable[[], Any]], feeds: dict[str, Any], rep
 
 
 def pinned_arguments(parser: argparse.ArgumentParser, what: str, results: str) -> None:
-    """The options every whole-model benchmark takes: ``--cores``, ``--only``, ``--results``,
-    and the hidden ones of its pinned children (``--threads``, ``--json``)."""
+    """The options every whole-model benchmark takes: ``--cores``, ``--torch``, ``--only``,
+    ``--results``, and the hidden ones of its pinned children (``--threads``, ``--json``,
+    ``--with-torch``)."""
     parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
+    parser.add_argument("--torch", default="no,yes",
+                        help="measure in processes with torch imported: no, yes or no,yes")
     parser.add_argument("--only", default="",
                         help=f"run the {what} whose name has this (or one of A|B|...)")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"where {results} goes")
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--with-torch", action="store_true", help=argparse.SUPPRESS)
+
+
+def import_torch_if_asked(args: argparse.Namespace) -> None:
+    """In a pinned child given ``--with-torch``: import torch before anything measures, as a
+    conversion script does (torch's GNU OpenMP then loads first)."""
+    if args.with_torch:
+        import torch  # noqa: F401
+
+
+def run_all_pinned(args: argparse.Namespace, module: str, argv: Sequence[str],
+                   result: type) -> list:
+    """:func:`run_pinned` at each of ``--cores`` (default: every usable CPU), in a process
+    without torch and one with it, as ``--torch`` asks."""
+    cores = sorted({int(k) for k in args.cores.split(",")}) if args.cores else [
+        len(os.sched_getaffinity(0))]
+    return [r for count in cores for with_torch in args.torch.split(",")
+            for r in run_pinned(count, module,
+                                [*argv, *(["--with-torch"] if with_torch == "yes" else [])],
+                                result)]
 
 
 def write_results(text: str, folder: Path, name: str) -> None:
@@ -269,3 +292,10 @@ def rounds_header(title: str, repeat: int, detail: str = "") -> str:
             f"onnxruntime {ort.__version__}; {detail}median of {ROUNDS} alternating rounds of "
             f"{repeat} runs. At k cores every session has k intra-op threads and the process k "
             f"CPUs.")
+
+
+def table_head(*columns: str, text: Sequence[str] = ()) -> str:
+    """A Markdown table's header row and rule: the first column and those named in ``text``
+    left-aligned, the others (figures) right-aligned."""
+    rule = "|".join("---" if i == 0 or name in text else "---:" for i, name in enumerate(columns))
+    return f"| {' | '.join(columns)} |\n|{rule}|"

@@ -1,8 +1,8 @@
 """Whole detectors: torchvision's Mask R-CNN and Faster R-CNN, stock in plain onnxruntime
 against raised in ``dml_onnx.InferenceSession``, in one run.
 
-    python -m benchmarks.models [--repeat N] [--cores 1,2,16] [--size 512] [--proposals 1000]
-                                [--only TEXT|TEXT...] [--results DIR]
+    python -m benchmarks.models [--repeat N] [--cores 1,2,16] [--torch no,yes] [--size 512]
+                                [--proposals 1000] [--only TEXT|TEXT...] [--results DIR]
 
 Each model (random weights, seed 0; ``min_size = max_size = --size``, ``--proposals`` RPN
 proposals kept after NMS, and ``box_score_thresh`` 0, so that both heads do their full work,
@@ -17,9 +17,11 @@ onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session'
 holds its kernel calls as nodes too), the node time per run summed per op type for the types
 that take the most time: per type the median over ``--repeat`` runs, after two warm-up runs.
 
-With ``--cores``, every count runs in a child process pinned to that many CPUs (its affinity),
-as ``python -m benchmarks.run`` does. The models are exported in other child processes, so
-that no measuring process imports torch (:func:`export_all`). Writes ``models.md`` to
+Every core count (``--cores``, default: every usable CPU) runs in a child process pinned to
+that many CPUs (its affinity), as ``python -m benchmarks.run`` does, once without torch and
+once with torch imported first (``--torch no,yes``, as in a conversion script). The models are
+exported in other child processes (:func:`export_all`), so that a measuring process imports
+torch only when asked to. Writes ``models.md`` to
 ``--results`` (default: ``benchmarks/results``). Needs the ``torch`` extra.
 """
 
@@ -49,10 +51,12 @@ import dml_onnx
 from benchmarks.harness import (
     WARM_UP_RUNS,
     alternating,
+    import_torch_if_asked,
     pinned_arguments,
     rounds_header,
-    run_pinned,
+    run_all_pinned,
     settle,
+    table_head,
     write_results,
 )
 from dml_onnx.raising import raise_model
@@ -70,6 +74,7 @@ class Result:
 
     model: str
     cores: int
+    torch: bool = False  # torch imported in the measuring process
     stock_ms: float = float("nan")
     raised_ms: float = float("nan")
     stock_nodes: dict[str, float] = field(default_factory=dict)  # op type -> ms per run
@@ -221,11 +226,8 @@ def cases(args: argparse.Namespace) -> list[tuple[str, str, bool, float]]:
 
 def export_all(args: argparse.Namespace, folder: Path) -> None:
     """Each chosen case's stock file and image into ``folder`` (``<k>.npz``, or ``<k>.error``
-    with the exporter's failure), exported in a child process: the measuring processes never
-    import torch. torch loads its own GNU OpenMP, which numba's threads then share with its
-    default spin, set before ``dml_onnx`` could shorten it: each kernel launch left 15 threads
-    spinning for some 10 ms into the next onnxruntime segment on the 16-core server, where a
-    deployment's process, without torch, has them sleep after 10,000 rounds."""
+    with the exporter's failure), exported in a child process: a measuring process imports
+    torch only under ``--torch yes``, and then before anything else."""
     context = multiprocessing.get_context("spawn")
     for k, (label, model, dynamo, threshold) in enumerate(cases(args)):
         print(f"== exporting {label}", file=sys.stderr, flush=True)
@@ -256,12 +258,12 @@ def run_here(args: argparse.Namespace, cores: int, folder: Path) -> list[Result]
         print(f"== {label} at {cores} core(s)", file=sys.stderr, flush=True)
         failure = folder / f"{k}.error"
         if failure.exists():
-            results.append(Result(label, cores, error=failure.read_text()))
+            results.append(Result(label, cores, args.with_torch, error=failure.read_text()))
             continue
         with np.load(folder / f"{k}.npz") as saved:
             stock, image = saved["stock"].tobytes(), saved["image"]
         results.append(measure(label, stock, image, cores, args.repeat))
-        results[-1].model = label
+        results[-1].model, results[-1].torch = label, args.with_torch
     return results
 
 
@@ -271,24 +273,27 @@ def _ms(value: float) -> str:
 
 def table(results: Sequence[Result]) -> str:
     """Whole runs and the ROI nodes' time, one line per model and core count."""
-    lines = ["| model | cores | stock ms | raised ms | raised / stock | RoiAlign ms (stock) | "
-             "RoiAlign1 ms (raised) | ROI nodes raised / stock | outputs agree |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [table_head("model", "cores", "torch imported", "stock ms", "raised ms",
+                        "raised / stock", "RoiAlign ms (stock)", "RoiAlign1 ms (raised)",
+                        "ROI nodes raised / stock", "outputs agree",
+                        text=("torch imported", "outputs agree"))]
     for r in results:
+        torch = "yes" if r.torch else "no"
         if r.error:
-            lines.append(f"| {r.model} | {r.cores} | {r.error} | | | | | | |")
+            lines.append(f"| {r.model} | {r.cores} | {torch} | {r.error} | | | | | | |")
             continue
         stock_roi = r.stock_nodes.get("RoiAlign", float("nan"))
         ours_roi = r.raised_nodes.get("RoiAlign1", float("nan"))
-        lines.append(f"| {r.model} | {r.cores} | {_ms(r.stock_ms)} | {_ms(r.raised_ms)} | "
-                     f"{r.raised_ms / r.stock_ms:.2f} | {_ms(stock_roi)} | {_ms(ours_roi)} | "
-                     f"{ours_roi / stock_roi:.2f} | {r.agrees} |")
+        lines.append(f"| {r.model} | {r.cores} | {torch} | {_ms(r.stock_ms)} | "
+                     f"{_ms(r.raised_ms)} | {r.raised_ms / r.stock_ms:.2f} | {_ms(stock_roi)} | "
+                     f"{_ms(ours_roi)} | {ours_roi / stock_roi:.2f} | {r.agrees} |")
     return "\n".join(lines)
 
 
 def node_table(results: Sequence[Result], top: int = 6) -> str:
     """Per model and core count, ms per run of the slowest op types, stock / raised."""
-    lines = ["| model | cores | op type: stock ms / raised ms |", "|---|---:|---|"]
+    lines = [table_head("model", "cores", "torch imported", "op type: stock ms / raised ms",
+                        text=("torch imported", "op type: stock ms / raised ms"))]
     for r in results:
         if r.error:
             continue
@@ -298,7 +303,7 @@ def node_table(results: Sequence[Result], top: int = 6) -> str:
                                                           if o not in SHOWN_OPS]
         cells = ", ".join(f"{op} {_ms(r.stock_nodes.get(op, float('nan')))} / "
                           f"{_ms(r.raised_nodes.get(op, float('nan')))}" for op in shown)
-        lines.append(f"| {r.model} | {r.cores} | {cells} |")
+        lines.append(f"| {r.model} | {r.cores} | {'yes' if r.torch else 'no'} | {cells} |")
     return "\n".join(lines)
 
 
@@ -319,18 +324,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.exports:  # a pinned child of the run below
+        import_torch_if_asked(args)
         results = run_here(args, args.threads, args.exports)
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
         return
     with tempfile.TemporaryDirectory() as folder:
         export_all(args, Path(folder))
-        if args.cores:
-            common = ["--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
-                      str(args.proposals), "--only", args.only, "--exports", folder]
-            results = [r for cores in sorted({int(k) for k in args.cores.split(",")})
-                       for r in run_pinned(cores, "benchmarks.models", common, Result)]
-        else:
-            results = run_here(args, args.threads, Path(folder))
+        results = run_all_pinned(args, "benchmarks.models", [
+            "--repeat", str(args.repeat), "--size", str(args.size), "--proposals",
+            str(args.proposals), "--only", args.only, "--exports", folder], Result)
     write_results(markdown(results, args), args.results, "models.md")
 
 

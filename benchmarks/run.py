@@ -43,6 +43,7 @@ from benchmarks.harness import (
     run_pinned,
     session_options,
     summary,
+    table_head,
     temporaries,
 )
 from benchmarks.rows import Row, onnxruntime_peer, rows
@@ -111,9 +112,9 @@ def _ms(value: float) -> str:
 
 def table(results: Sequence[Result]) -> str:
     """The results as a Markdown table."""
-    lines = ["| benchmark | peer | ours ms | spread | peer ms | spread | ratio | target | met "
-             "| output check | temporaries |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    lines = [table_head("benchmark", "peer", "ours ms", "spread", "peer ms", "spread",
+                        "ratio", "target", "met", "output check", "temporaries",
+                        text=("peer", "met", "output check"))]
     for r in results:
         ratio = "-" if math.isnan(r.ratio) else f"{r.ratio:.2f}"
         spread = "-" if math.isnan(r.peer_spread) else f"{r.peer_spread:.0%}"
@@ -140,8 +141,9 @@ def scaling_table(by_cores: dict[int, list[Result]]) -> str:
     time at the most cores over our time at the fewest."""
     counts = sorted(by_cores)
     slash = " / ".join(str(k) for k in counts)
-    lines = [f"| benchmark | peer | ours ms at {slash} cores | peer ms | ratio | ours "
-             f"{counts[-1]} / ours {counts[0]} |", "|---|---|---:|---:|---:|---:|"]
+    lines = [table_head("benchmark", "peer", f"ours ms at {slash} cores", "peer ms",
+                        "ratio", f"ours {counts[-1]} / ours {counts[0]}",
+                        text=("peer",))]
     for first in by_cores[counts[0]]:
         same = [next(r for r in by_cores[k] if (r.row, r.peer) == (first.row, first.peer))
                 for k in counts]

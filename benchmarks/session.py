@@ -33,6 +33,7 @@ import onnx
 import onnxruntime as ort
 
 import dml_onnx
+from benchmarks.harness import table_head
 from benchmarks.models import onnx_bytes
 from dml_onnx.raising import raise_model
 
@@ -101,9 +102,10 @@ def main() -> None:
                     who, how, stock if who == "onnxruntime" else raised, args.repeat, args.threads))
         first, peaks, again = ({key: statistics.median(r[k] for r in runs)
                                 for key, runs in rounds.items()} for k in range(3))
-        print("| session | options | first creation, ms | peak memory of it, MB | "
-              f"created again, ms (median of {args.repeat}) | first run ms |")
-        print("|---|---|---:|---:|---:|---:|")
+        print(table_head("session", "options", "first creation, ms",
+                         "peak memory of it, MB",
+                         f"created again, ms (median of {args.repeat})", "first run ms",
+                         text=("options",)))
         for who, how in makers:
             print(f"| {who} | {how} | {first[who, how] * 1e3:.0f} | {peaks[who, how]:.0f} | "
                   f"{again[who, how] * 1e3:.0f} | {first_run[who, how] * 1e3:.0f} |")

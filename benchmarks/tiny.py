@@ -82,9 +82,8 @@ def kernel_call(row: Row) -> Callable[[], object]:
 
 def main() -> None:
     threads = harness.threads_argument(__doc__.split("\n\n")[0])
-    print("| tiny row | native µs | Python floor µs | kernel µs | session µs | rest µs | "
-          "session / native |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(harness.table_head("tiny row", "native µs", "Python floor µs", "kernel µs",
+                             "session µs", "rest µs", "session / native"))
     for row in rows(np.random.default_rng(0)):
         if not row.tiny:
             continue

@@ -21,7 +21,8 @@ from onnx import helper
 from dml_onnx._renamed import renamed_attribute
 from dml_onnx.calls import output_memory_errors
 from dml_onnx.definition import DOMAIN, Shape, node_label
-from dml_onnx.graphs import element_types, load_model, structure_problems, without_weights
+from dml_onnx.graphs import element_types, structure_problems
+from dml_onnx.model_files import load_model, without_weights
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.schemas import lenient_inference, register_schemas
 

@@ -19,7 +19,7 @@ from dml_onnx._domain import MEASUREMENTS, MODELS
 from dml_onnx.check import model_problems
 from dml_onnx.conformance import directml_ep, probes
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import load_model, save_model, write_file
+from dml_onnx.model_files import load_model, save_model, write_file
 from dml_onnx.raising import NotRaisable, raise_model
 from dml_onnx.standard import lower_model
 

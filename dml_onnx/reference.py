@@ -13,7 +13,8 @@ from onnx.reference.op_run import OpRun
 
 from dml_onnx import calls
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import MISSING_DOMAIN_IMPORT, load_model
+from dml_onnx.graphs import MISSING_DOMAIN_IMPORT
+from dml_onnx.model_files import load_model
 from dml_onnx.ops import OPERATORS
 from dml_onnx.schemas import op_schema
 

@@ -21,7 +21,8 @@ from onnx import TensorProto, helper
 
 from dml_onnx.definition import DOMAIN, OpDefinition, node_label
 from dml_onnx.form import MINIMUM_OPSET, NotEquivalent, StandardNode
-from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix
+from dml_onnx.graphs import check_structure, element_types, unused_prefix
+from dml_onnx.model_files import load_model
 from dml_onnx.ops import OPERATORS_BY_NAME
 
 

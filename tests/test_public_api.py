@@ -18,9 +18,9 @@ from onnx import TensorProto, helper
 
 import dml_onnx
 from dml_onnx import check, definition
+from dml_onnx.builder_docs import BUILDER_ARGUMENT_TYPES, builder_doc
 from dml_onnx.builders import snake
 from dml_onnx.cli import main
-from dml_onnx.definition import BUILDER_ARGUMENT_TYPES
 
 USER_API = {
     # building models
@@ -99,7 +99,7 @@ def test_builder_docstring_is_written_from_the_definition(definition):
     table has them; the builder's annotations are the types the docstring gives."""
     builder = getattr(dml_onnx, snake(definition.name))
     doc = builder.__doc__
-    assert doc == definition.builder_doc()
+    assert doc == builder_doc(definition)
     assert definition.summary.replace("|", r"\|")[:40] in " ".join(doc.split())
     arguments = doc[doc.index("\nArgs:\n"):doc.index("\nReturns:\n")]
     entries = {m[1]: " ".join(m[2].split())

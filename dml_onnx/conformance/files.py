@@ -11,7 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from dml_onnx.conformance.points import POINTS
-from dml_onnx.graphs import read_regular
+from dml_onnx.model_files import read_regular
 
 SUITE_FILE = re.compile(r"model\.onnx|config\.txt|probe\.json|"
                         r"test_data_set_0/(input|output)_\d+\.pb|readings/\w+/output_0\.pb")

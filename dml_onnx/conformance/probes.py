@@ -38,7 +38,7 @@ from onnx import numpy_helper
 from dml_onnx.conformance.files import PROBE_FILE_BYTES, check_replaceable
 from dml_onnx.conformance.metric import difference
 from dml_onnx.conformance.points import ERROR, POINTS, SPEC
-from dml_onnx.graphs import load_model, read_regular
+from dml_onnx.model_files import load_model, read_regular
 
 NO_READING = "none of the known readings"
 TOLERANCE = 1e-5

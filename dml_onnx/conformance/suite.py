@@ -41,7 +41,7 @@ from dml_onnx.conformance.metric import difference
 from dml_onnx.conformance.probes import export_probes
 from dml_onnx.definition import DOMAIN, Example, OpDefinition
 from dml_onnx.form import DIRECTML_VERSIONS, NATIVE_VERSIONS, op_version
-from dml_onnx.graphs import load_model, read_regular
+from dml_onnx.model_files import load_model, read_regular
 from dml_onnx.ops import OPERATORS
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.standard import lower_model, with_functions

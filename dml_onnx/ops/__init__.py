@@ -3,7 +3,7 @@
 Each entry is the operator's module in this package: its ``DEFINITION`` and its builder, a
 function named like the module, whose keywords spell the attributes for users and which hands
 its arguments to :meth:`~dml_onnx.definition.OpDefinition.build`. The builder's docstring is
-written here from the definition (:meth:`~dml_onnx.definition.OpDefinition.builder_doc`).
+written here from the definition (:func:`~dml_onnx.builder_docs.builder_doc`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from onnx import NodeProto
 
+from dml_onnx.builder_docs import builder_doc
 from dml_onnx.definition import OpDefinition
 from dml_onnx.ops import fold, lp_pooling, roi_align1, roi_align_grad, roi_pooling, unfold
 
@@ -26,4 +27,4 @@ OP_TYPES: tuple[str, ...] = tuple(OPERATORS_BY_NAME)
 """The op types of the ``dml_onnx`` domain (``"RoiPooling"`` ...), in the table's order."""
 
 for _module in _MODULES:
-    BUILDERS[_module.__name__.rpartition(".")[2]].__doc__ = _module.DEFINITION.builder_doc()
+    BUILDERS[_module.__name__.rpartition(".")[2]].__doc__ = builder_doc(_module.DEFINITION)

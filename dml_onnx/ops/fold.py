@@ -168,5 +168,5 @@ def fold(X: str, Y: str, *, window_sizes: Sequence[int], output_size: Sequence[i
          start_padding: Sequence[int] | None = None, end_padding: Sequence[int] | None = None,
          name: str | None = None) -> NodeProto:
     """A ``Fold`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -96,5 +96,5 @@ def lp_pooling(X: str, Y: str, *, window_size: Sequence[int],
                end_padding: Sequence[int] | None = None, p: int | None = None,
                name: str | None = None) -> NodeProto:
     """An ``LpPooling`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

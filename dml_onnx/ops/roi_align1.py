@@ -135,5 +135,5 @@ def roi_align1(X: str, rois: str, batch_indices: str, Y: str, *, output_size: Se
                align_regions_to_corners: int | None = None,
                name: str | None = None) -> NodeProto:
     """A ``RoiAlign1`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -210,5 +210,5 @@ def roi_align_grad(X: str | None, dY: str, rois: str, batch_indices: str, dX: st
                    input_shape: Sequence[int] | None = None,
                    name: str | None = None) -> NodeProto:
     """A ``RoiAlignGrad`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -184,5 +184,5 @@ DEFINITION = OpDefinition(
 def roi_pooling(X: str, rois: str, Y: str, *, pooled_size: Sequence[int],
                 spatial_scale: float | None = None, name: str | None = None) -> NodeProto:
     """A ``RoiPooling`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

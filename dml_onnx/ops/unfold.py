@@ -115,5 +115,5 @@ def unfold(X: str, Y: str, *, window_sizes: Sequence[int], strides: Sequence[int
            dilations: Sequence[int] | None = None, start_padding: Sequence[int] | None = None,
            end_padding: Sequence[int] | None = None, name: str | None = None) -> NodeProto:
     """An ``Unfold`` node (the full docstring, written from ``DEFINITION``: see
-    :meth:`~dml_onnx.definition.OpDefinition.builder_doc`)."""
+    :func:`~dml_onnx.builder_docs.builder_doc`)."""
     return DEFINITION.build(locals())

@@ -33,7 +33,8 @@ from dml_onnx.definition import (
     node_label,
 )
 from dml_onnx.form import NotEquivalent, op_version
-from dml_onnx.graphs import check_structure, element_types, load_model, unused_prefix
+from dml_onnx.graphs import check_structure, element_types, unused_prefix
+from dml_onnx.model_files import load_model
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.raising.chains import chains
 from dml_onnx.raising.rules import EDGE_REGIONS, RULES, Kept, Raise, RuleNode
@@ -63,7 +64,7 @@ def raise_model(model: str | os.PathLike | bytes | onnx.ModelProto, *,
     and height, which makes ``sampling_ratio=0`` exact too. With ``functions`` (the default)
     the result carries each new node's standard form as a model-local function, so it still
     runs where the domain's kernels are not installed. ``model``: a path, serialized bytes
-    or a ModelProto (:func:`dml_onnx.graphs.load_model`). Raises :class:`NotRaisable` for a
+    or a ModelProto (:func:`dml_onnx.model_files.load_model`). Raises :class:`NotRaisable` for a
     default-domain opset below :data:`~dml_onnx.form.MINIMUM_OPSET`.
     """
     model = load_model(model)

@@ -15,13 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from dml_onnx._kernels import KernelError
 from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import (
-    check_structure,
-    element_types_and_ranks,
-    load_model,
-    unused_prefix,
-    walk_nodes,
-)
+from dml_onnx.graphs import check_structure, element_types_and_ranks, unused_prefix, walk_nodes
+from dml_onnx.model_files import load_model
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime.hook import (
     CAST_TO_FLOAT,
@@ -65,7 +60,7 @@ def checked_types(model: onnx.ModelProto, *, strings: bool
                   ) -> tuple[dict[str, int], dict[str, int]]:
     """The element types and ranks of ``model``'s values
     (:func:`dml_onnx.graphs.element_types_and_ranks`), after its structure is checked;
-    ``strings=False`` for a model whose strings :func:`dml_onnx.graphs.load_model` checked."""
+    ``strings=False`` for a model whose strings :func:`dml_onnx.model_files.load_model` checked."""
     register_schemas()
     check_structure(model, "the onnxruntime binding", strings=strings, schemas=False)
     return element_types_and_ranks(model)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from dml_onnx.graphs import WEIGHT_ELEMENTS, with_initializers
+from dml_onnx.model_files import WEIGHT_ELEMENTS, with_initializers
 
 NUMPY_TYPES: dict[int, type[np.generic]] = {
     TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model, model_source, parse_model
+from dml_onnx.model_files import WEIGHT_ELEMENTS, load_model, model_source, parse_model
 from dml_onnx.runtime.stubs import NUMPY_TYPES, stub_weights
 from dml_onnx.runtime.wire import FileData, without_raw_weights
 
@@ -38,7 +38,7 @@ _Result = TypeVar("_Result")
 
 def load_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto
                          ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """:func:`dml_onnx.graphs.load_model`'s model with every large numeric initializer of the
+    """:func:`dml_onnx.model_files.load_model`'s model with every large numeric initializer of the
     main graph as an external-data stub, and those initializers' values by name (C-contiguous,
     native byte order, owned by the caller); a given ModelProto is never the model returned.
     Raises as ``load_model`` does, and ``OSError`` for a file that changed while it was
@@ -56,7 +56,7 @@ def read_without_weights(model: str | os.PathLike | bytes | onnx.ModelProto,
     checks and split, in Python, then overlap the copies, in C, where there are cores to
     spare (none on the 2-core machine, where the reads already take both). What
     ``meanwhile`` raises is raised once the reads have ended. ``absent_left``: external data
-    whose file is not there stays external (:func:`~dml_onnx.graphs.parse_model`)."""
+    whose file is not there stays external (:func:`~dml_onnx.model_files.parse_model`)."""
     if isinstance(model, onnx.ModelProto):
         stubbed, arrays = stub_weights(model, {})
         if stubbed is model:  # nothing to stub: a copy, which the caller's later edits miss

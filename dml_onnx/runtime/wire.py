@@ -13,7 +13,7 @@ from typing import overload
 
 import numpy as np
 
-from dml_onnx.graphs import WEIGHT_ELEMENTS, varint_bytes
+from dml_onnx.model_files import WEIGHT_ELEMENTS, varint_bytes
 
 _GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
 """Field numbers of ModelProto.graph, GraphProto.initializer and TensorProto.raw_data."""

@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
-from dml_onnx.graphs import WEIGHT_ELEMENTS
+from dml_onnx.model_files import WEIGHT_ELEMENTS
 
 RNG = np.random.default_rng(11)
 BIG = WEIGHT_ELEMENTS + 1

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import dml_onnx
 import dml_onnx.conformance
-import dml_onnx.graphs
+import dml_onnx.model_files
 from dml_onnx import _utf8, cli
 from tests.runtime._adversarial import POOL, X, child, tensor
 
@@ -136,7 +136,7 @@ def test_the_fast_utf8_check_agrees_with_the_walk_over_every_field(place, text):
         valid = place in _BYTES_PLACES
     assert _utf8.strings_are_utf8(serialized) == valid
     if valid:
-        dml_onnx.graphs.parse_model(serialized, "m", None)
+        dml_onnx.model_files.parse_model(serialized, "m", None)
     else:
         with pytest.raises(ValueError, match=r"m is not an ONNX model \(field onnx\.\w+\.\w+ "):
-            dml_onnx.graphs.parse_model(serialized, "m", None)
+            dml_onnx.model_files.parse_model(serialized, "m", None)

@@ -14,7 +14,8 @@ from dml_onnx._kernels.fold import fold
 from dml_onnx._kernels.lp_pooling import lp_pooling
 from dml_onnx._kernels.roi_align1 import roi_align1
 from dml_onnx._kernels.unfold import unfold
-from dml_onnx.graphs import element_types, load_model
+from dml_onnx.graphs import element_types
+from dml_onnx.model_files import load_model
 from dml_onnx.runtime import RUNTIME_DOMAIN
 from dml_onnx.runtime.rewrite import plan_node, runtime_model
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dml_onnx
 from dml_onnx._kernels import _threads
-from dml_onnx.graphs import WEIGHT_ELEMENTS
+from dml_onnx.model_files import WEIGHT_ELEMENTS
 
 MODEL = dml_onnx.make_model(
     [dml_onnx.unfold("X", "Y", window_sizes=[2, 2], name="u")],
@@ -62,7 +62,7 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads):
 
 
 def test_large_initializers_reach_onnxruntime_as_values_with_the_same_result():
-    """Weights above dml_onnx.graphs.WEIGHT_ELEMENTS are handed over as OrtValues (the
+    """Weights above dml_onnx.model_files.WEIGHT_ELEMENTS are handed over as OrtValues (the
     serialized model keeps stubs); on options of the caller's they stay in the model."""
     rng = np.random.default_rng(4)
     weight = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 
 import dml_onnx
-from dml_onnx.graphs import WEIGHT_ELEMENTS, load_model
+from dml_onnx.model_files import WEIGHT_ELEMENTS, load_model
 from dml_onnx.runtime.stubs import in_memory_files
 from dml_onnx.runtime.weights import load_without_weights
 from tests.runtime._weights import BIG, RNG, _initializers, _model, _tensor

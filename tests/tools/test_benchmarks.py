@@ -95,7 +95,7 @@ def test_the_models_script_reports_ratios_failures_and_op_types():
                          raised_nodes={"RoiAlign1": 5.0, "Conv": 50.0}, agrees="yes")
     failed = module.Result("Mask R-CNN, dynamo, default threshold", 2, error="export failed")
     lines = module.table([done, failed]).splitlines()
-    assert lines[2].split(" | ")[4:8] == ["0.90", "20.0", "5.0", "0.25"]
+    assert lines[2].split(" | ")[2:9] == ["no", "100.0", "90.0", "0.90", "20.0", "5.0", "0.25"]
     assert "export failed" in lines[3]
     assert "RoiAlign1 — / 5.0" in module.node_table([done])
     assert module._op_type("RoiAlign1_float_int64_unguarded") == "RoiAlign1"

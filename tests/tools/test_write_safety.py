@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 import dml_onnx
 from dml_onnx import conformance
 from dml_onnx.conformance import files, points, probes
-from dml_onnx.graphs import save_model
+from dml_onnx.model_files import save_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
