@@ -128,6 +128,9 @@ def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> 
     loops = compiled("_fold_loops")
 
     groups = bands(Y.shape[0], planes.size)
+    if Y.dtype.kind == "u":  # wrapping sums of the signed type of the same width are the same
+        signed = np.dtype(f"i{Y.itemsize}")  # bits: one compiled loop serves both
+        planes, Y = planes.view(signed), Y.view(signed)
     if Y.dtype != np.float16:
         run_bands(groups, lambda first, stop: loops.fold_planes(planes, Y, *tables, first, stop),
                   lambda cuts: loops.fold_bands(cuts, planes, Y, *tables))

@@ -1,10 +1,12 @@
 """What every test module may use: the ``cli`` fixture runs ``python -m dml_onnx`` and the
 ``python_child`` fixture runs Python code, each in a fresh interpreter at the project's root
 (never inheriting this process's state: loaded kernels, registered schemas, signal handlers);
-the ``schemas`` fixture registers the domain's schemas with onnx for a module's tests."""
+the ``schemas`` fixture registers the domain's schemas with onnx for a module's tests; ``-n
+auto`` runs the suite on a worker process per usable CPU, up to :data:`MOST_WORKERS`."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +17,15 @@ import pytest
 from tests._support import ROOT
 
 Run = Callable[..., subprocess.CompletedProcess]
+MOST_WORKERS = 4
+"""``-n auto`` (pyproject.toml) runs a worker per usable CPU up to this many: each holds the
+kernels and onnxruntime (about 1 GB), and a cold compile takes its own hundreds of MB."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    return min(MOST_WORKERS, usable)
 
 
 @pytest.fixture

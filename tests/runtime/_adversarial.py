@@ -41,6 +41,14 @@ def tensor(name: str, shape: list | None = None, elem: int = TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def pooling_model(channels: int, pooled: int) -> onnx.ModelProto:
+    """One RoiPooling node "pool" (``pooled`` x ``pooled`` bins) on ``X [1, channels, H, W]``
+    and ``rois [R, 5]``, both float."""
+    return dml_onnx.make_model(
+        [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[pooled, pooled], name="pool")],
+        [tensor("X", [1, channels, "H", "W"]), tensor("rois", ["R", 5])], [tensor("Y")])
+
+
 POOL = dml_onnx.make_model(
     [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
     [tensor("X", [1, 1, 4, 4]), tensor("rois", ["R", 5])], [tensor("Y", ["R", 1, 2, 2])])

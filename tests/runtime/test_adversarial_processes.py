@@ -53,17 +53,12 @@ def test_a_signal_during_a_kernel_raises_from_run_and_the_session_keeps_working(
     out = child(f"""
         import signal
         import numpy as np
-        from onnx import TensorProto, helper
         import dml_onnx
+        from tests.runtime._adversarial import pooling_model
         def interrupt(*args):
             raise KeyboardInterrupt
         signal.signal(signal.SIGALRM, interrupt)
-        model = dml_onnx.make_model(
-            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[32, 32], name="pool")],
-            [helper.make_tensor_value_info("X", 1, [1, 64, "H", "W"]),
-             helper.make_tensor_value_info("rois", 1, ["R", 5])],
-            [helper.make_tensor_value_info("Y", 1, None)])
-        session = dml_onnx.InferenceSession(model)
+        session = dml_onnx.InferenceSession(pooling_model(64, 32))
         X = np.ones((1, 64, 512, 512), np.float32)
         rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (200, 1))
         if {warm}:
@@ -90,10 +85,8 @@ def test_an_interrupt_while_a_kernel_starts_a_thread_leaves_the_interpreter_free
         import numpy as np
         import dml_onnx._kernels._threads
         import dml_onnx
-        from tests.runtime._adversarial import tensor
-        session = dml_onnx.InferenceSession(dml_onnx.make_model(
-            [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
-            [tensor("X", [1, 1, "H", "W"]), tensor("rois", ["R", 5])], [tensor("Y")]))
+        from tests.runtime._adversarial import pooling_model
+        session = dml_onnx.InferenceSession(pooling_model(1, 2))
         X = np.ones((1, 1, 512, 512), np.float32)
         rois = np.tile(np.array([[0, 0, 0, 511, 511]], np.float32), (64, 1))
         small = {"X": X[:, :, :4, :4].copy(), "rois": rois[:1]}
@@ -120,18 +113,13 @@ _SIGNAL_WHILE_COMPILING = """
     import os, signal, tempfile
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp()
     import numpy as np
-    from onnx import helper
     import dml_onnx
+    from tests.runtime._adversarial import pooling_model
     def interrupt(*args):
         raise KeyboardInterrupt
     signal.signal(signal.SIGALRM, interrupt)
     {alarm}
-    model = dml_onnx.make_model(
-        [dml_onnx.roi_pooling("X", "rois", "Y", pooled_size=[2, 2], name="pool")],
-        [helper.make_tensor_value_info("X", 1, [1, 1, "H", "W"]),
-         helper.make_tensor_value_info("rois", 1, ["R", 5])],
-        [helper.make_tensor_value_info("Y", 1, None)])
-    session = dml_onnx.InferenceSession(model)
+    session = dml_onnx.InferenceSession(pooling_model(1, 2))
     feeds = {{"X": np.ones((1, 1, 8, 8), np.float32),
               "rois": np.array([[0, 0, 0, 7, 7]], np.float32)}}
     try:
