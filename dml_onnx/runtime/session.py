@@ -270,9 +270,8 @@ class InferenceSession(ort.InferenceSession):
         if self._split is None:
             described = list(self._session.get_outputs())
         else:
-            made = {arg.name: arg for (segment, session) in (
-                step for step in self._split.steps if isinstance(step, tuple))
-                for arg in session.get_outputs() if arg.name in self._split_outputs}
+            made = {arg.name: arg for session in self._split.sessions
+                    for arg in session.get_outputs() if arg.name in self._split_outputs}
             described = [made.get(arg.name, arg) for arg in self._split.outputs]
         if self._model is None:
             return described
