@@ -15,7 +15,7 @@ from dml_onnx.runtime import private_api
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OLDEST = ROOT / ".ci" / "oldest.txt"
-PRIVATE = ("_ocos", "_sess", "install_hooker", "_on_pyop_invocation")
+PRIVATE = ("_ocos", "_sess", "_get_c_value", "install_hooker", "_on_pyop_invocation")
 """Names of private parts of onnxruntime-extensions and onnxruntime."""
 
 
