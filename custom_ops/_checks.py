@@ -47,11 +47,13 @@ def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+@functools.cache  # a dtype's: every call of a kernel asks (0.5-1 us each, uncached)
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a float kernel computes in: float16 is computed in float32."""
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
+@functools.cache
 def lowest(dtype: np.dtype) -> np.floating:
     """``lowest(T)`` of the specification, the element type's lowest finite value (-65504
     for float16), in the compute type: where a maximum starts."""
