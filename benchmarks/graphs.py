@@ -29,7 +29,6 @@ rest (Python between steps). Writes ``graphs.md`` to ``--results`` (default
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import multiprocessing
@@ -45,8 +44,8 @@ import numpy as np
 from benchmarks.harness import (
     WARM_UP_RUNS,
     alternating,
-    import_torch_if_asked,
     pinned_arguments,
+    pinned_child,
     rounds_header,
     run_all_pinned,
     table_head,
@@ -286,9 +285,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     names = [n for n in GRAPHS if any(part in n for part in args.only.split("|"))]
     if args.models:  # a pinned child of the run below
-        import_torch_if_asked(args)
-        results = run_here(args, names, args.models)
-        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+        pinned_child(args, lambda: run_here(args, names, args.models))
         return
     with tempfile.TemporaryDirectory() as folder:
         make_all(names, Path(folder))

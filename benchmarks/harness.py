@@ -9,6 +9,7 @@ Every side of a comparison gets the same threads: a script's ``--threads K`` is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import json
@@ -259,11 +260,13 @@ def pinned_arguments(parser: argparse.ArgumentParser, what: str, results: str) -
     parser.add_argument("--with-torch", action="store_true", help=argparse.SUPPRESS)
 
 
-def import_torch_if_asked(args: argparse.Namespace) -> None:
-    """In a pinned child given ``--with-torch``: import torch before anything measures, as a
-    conversion script does (torch's GNU OpenMP then loads first)."""
+def pinned_child(args: argparse.Namespace, measure: Callable[[], Sequence[Any]]) -> None:
+    """A pinned child's work (:func:`run_pinned`): torch imported first where
+    ``--with-torch`` asks, as a conversion script does (its GNU OpenMP then loads before our
+    kernels'), then ``measure()``'s results written to ``--json`` for the parent."""
     if args.with_torch:
         import torch  # noqa: F401
+    args.json.write_text(json.dumps([dataclasses.asdict(r) for r in measure()]))
 
 
 def run_all_pinned(args: argparse.Namespace, module: str, argv: Sequence[str],

@@ -28,7 +28,6 @@ torch only when asked to. Writes ``models.md`` to
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import multiprocessing
@@ -51,8 +50,8 @@ import dml_onnx
 from benchmarks.harness import (
     WARM_UP_RUNS,
     alternating,
-    import_torch_if_asked,
     pinned_arguments,
+    pinned_child,
     rounds_header,
     run_all_pinned,
     settle,
@@ -324,9 +323,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.exports:  # a pinned child of the run below
-        import_torch_if_asked(args)
-        results = run_here(args, args.threads, args.exports)
-        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+        pinned_child(args, lambda: run_here(args, args.threads, args.exports))
         return
     with tempfile.TemporaryDirectory() as folder:
         export_all(args, Path(folder))

@@ -47,7 +47,7 @@ def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-@functools.cache  # a dtype's: every call of a kernel asks (0.5-1 us each, uncached)
+@functools.cache  # every kernel call asks: uncached, these two took 1.4 us of a tiny call
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a float kernel computes in: float16 is computed in float32."""
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
