@@ -171,6 +171,7 @@ class _Call:
     fetches: tuple[tuple[str, np.dtype] | None, ...]  # per output: direct graph output, type
     rounded_inputs: tuple[int, ...]
     rounded_outputs: tuple[int, ...]
+    half_feeds: bool  # a direct input the kernel gets as float16
     """Inputs and outputs the node has as float16 and the PyOp takes and returns as float32:
     rounded to float16's values here, since onnxruntime drops a Cast to float16 that a Cast
     back to float32 follows (it casts around its CPU kernels that take no float16, such as
@@ -183,13 +184,13 @@ def parse_config(config: bytes) -> _Call:
     definition = OPERATORS_BY_NAME[data["op"]]
     feeds = data.get("feeds") or [None] * len(definition.inputs)
     fetches = data.get("fetches") or [None] * len(definition.outputs)
+    direct = tuple((i, f[0], np.dtype(f[1]), np.dtype(f[2])) for i, f in enumerate(feeds) if f)
     return _Call(definition, data["node"],
                  calls.bind_kernel(definition, data["attributes"], data["node"], data["outputs"]),
-                 tuple(i for i, present in enumerate(data["inputs"]) if not present),
-                 tuple((i, f[0], np.dtype(f[1]), np.dtype(f[2])) for i, f in enumerate(feeds)
-                       if f),
+                 tuple(i for i, present in enumerate(data["inputs"]) if not present), direct,
                  tuple(f and (f[0], np.dtype(f[1])) for f in fetches),
-                 tuple(data.get("rounded_inputs", ())), tuple(data.get("rounded_outputs", ())))
+                 tuple(data.get("rounded_inputs", ())), tuple(data.get("rounded_outputs", ())),
+                 any(kernel_dtype == _HALF for *_, kernel_dtype in direct))
 
 
 def _invoke(k_id: int, feed: list[np.ndarray], attributes: dict[str, str]) -> tuple:
@@ -239,23 +240,8 @@ def _placeholders(k_id: int, variant: Variant) -> tuple:
 def run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: Variant) -> list[Any]:
     """The kernel's outputs as the hook returns them: shape and array for each output,
     followed, for a guarded variant, by its shape as a tensor (what the guard Reshape reads)."""
-    inputs: list[np.ndarray | None] = list(feed)
-    for i in call.absent:
-        inputs[i] = None
-    if call.feeds:
-        given = call_state.feeds
-        wide = (variant.definition.name in FLOAT16_CONVERTING  # few threads: the Cast is faster
-                and workers() < FLOAT16_THREADS)
-        for i, name, dtype, kernel_dtype in call.feeds:
-            if wide and kernel_dtype == _HALF:
-                kernel_dtype = _FLOAT
-            inputs[i] = _convert(_feed(given, name, dtype), kernel_dtype)
-    for k in call.rounded_inputs:
-        inputs[k] = _to_half_values(inputs[k])
     result: list[Any] = []
-    outputs = list(call.run(inputs))
-    for k in call.rounded_outputs:
-        outputs[k] = _to_half_values(outputs[k])
+    outputs = _computed(call, list(feed), call_state.feeds, variant)
     for array, dtype, fetch in zip(outputs, variant.output_dtypes, call.fetches):
         if array is not None and fetch is not None:
             fetched = call_state.fetched
@@ -269,6 +255,37 @@ def run_call(call: _Call, feed: Sequence[np.ndarray | None], variant: Variant) -
         if variant.guarded:
             result += ((array.ndim,), _shape_tensor(array.shape))
     return result
+
+
+def run_fetching(call: _Call, given: dict[str, np.ndarray], variant: Variant
+                 ) -> dict[str, np.ndarray]:
+    """Split execution's kernel call, every present input read from ``given`` by name and
+    every output fetched: its outputs by name, each contiguous and of its node's type."""
+    outputs = _computed(call, [None] * len(variant.definition.inputs), given, variant)
+    return {fetch[0]: array if array.dtype == fetch[1] and array.flags.c_contiguous else
+            _convert(np.ascontiguousarray(array), fetch[1])
+            for array, fetch in zip(outputs, call.fetches) if array is not None and fetch}
+
+
+def _computed(call: _Call, inputs: list[np.ndarray | None], given: dict[str, Any] | None,
+              variant: Variant) -> list[np.ndarray | None]:
+    """The kernel's outputs, ``inputs`` (the PyOp's feed) completed by the direct feeds read
+    from ``given`` and rounded as :class:`_Call` says."""
+    for i in call.absent:
+        inputs[i] = None
+    if call.feeds:
+        wide = (call.half_feeds and variant.definition.name in FLOAT16_CONVERTING
+                and workers() < FLOAT16_THREADS)  # few threads: the Cast is faster
+        for i, name, dtype, kernel_dtype in call.feeds:
+            if wide and kernel_dtype == _HALF:
+                kernel_dtype = _FLOAT
+            inputs[i] = _convert(_feed(given, name, dtype), kernel_dtype)
+    for k in call.rounded_inputs:
+        inputs[k] = _to_half_values(inputs[k])
+    outputs = list(call.run(inputs))
+    for k in call.rounded_outputs:
+        outputs[k] = _to_half_values(outputs[k])
+    return outputs
 
 
 def _to_half_values(array: np.ndarray | None) -> np.ndarray | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -54,6 +54,7 @@ class Segment:
     model: onnx.ModelProto  # its initializers that are weights are stubs
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    checks_only: bool = False  # a first segment that only checks the feed (one Size node)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Kernel:
     node: onnx.NodeProto
     config: bytes  # the hook's config: every present input a feed, every output a fetch
     variant: Variant
+    inputs: tuple[str, ...]  # the node's present inputs (a protobuf field is slow to read)
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,10 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
           ) -> list[Segment | Kernel | HostNode] | None:
     """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
     its values as inferred), or ``None`` where split execution does not apply or gains
-    nothing: no ``dml_onnx`` node reads or writes a value between standard nodes (the PyOps
-    then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct values), one sits in a
+    nothing: the model has standard nodes and no ``dml_onnx`` node reads or writes a value
+    between them (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct
+    values; a model of ``dml_onnx`` nodes alone runs split, which skips onnxruntime's call
+    of a PyOp, some 13 µs a node), one sits in a
     subgraph or function, onnxruntime reads an initializer itself
     (:func:`~dml_onnx.runtime.stubs.read_by_onnxruntime`: its values may come from the
     session options, whose external initializers each session must have, and no kernel can
@@ -96,8 +100,9 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
     ends = set(inputs) | set(outputs)
     custom = [node.domain == DOMAIN for node in graph.node]
     held = [tuple(subgraphs(node)) for node in graph.node]  # each node's, walked once
-    if (not any(c and any(v and v not in ends for v in (*n.input, *n.output))
-                for c, n in zip(custom, graph.node))
+    kernels_only = all(custom) and bool(graph.input)
+    if (not kernels_only and not any(c and any(v and v not in ends for v in (*n.input, *n.output))
+                                     for c, n in zip(custom, graph.node))
             or any(n.domain == DOMAIN for graphs in held for g in graphs
                    for n in walk_nodes(g))
             or any(n.domain == DOMAIN for f in model.functions for n in walk_nodes(f))
@@ -330,10 +335,11 @@ class _Wiring:
         if not graph.input:
             return None
         size = unused_prefix(graph, "_dml_onnx_feed_check")
-        return self._build([helper.make_node("Size", [graph.input[0].name], [size])],
-                           list(graph.input),
-                           [helper.make_tensor_value_info(size, TensorProto.INT64, [])], [],
-                           first=True)
+        segment = self._build([helper.make_node("Size", [graph.input[0].name], [size])],
+                              list(graph.input),
+                              [helper.make_tensor_value_info(size, TensorProto.INT64, [])], [],
+                              first=True)
+        return replace(segment, checks_only=True)
 
     def _build(self, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
                outputs: list[onnx.ValueInfoProto], initializers: list[onnx.TensorProto],
@@ -367,5 +373,6 @@ def _kernel(node: onnx.NodeProto, elem_types: dict[str, int]) -> Kernel:
                       set(node.output) - {""})
     variant = Variant(plan.definition, tuple(
         np.dtype(helper.tensor_dtype_to_np_dtype(o.runtime_type)) for o in plan.outputs), False)
-    return Kernel(node, json.dumps(plan.config, allow_nan=True).encode(), variant)
+    return Kernel(node, json.dumps(plan.config, allow_nan=True).encode(), variant,
+                  tuple(name for name in node.input if name))
 

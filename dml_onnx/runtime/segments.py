@@ -30,10 +30,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from dml_onnx.runtime import host_nodes
-from dml_onnx.runtime.hook import call_state, kernel_error, parse_config, run_call
+from dml_onnx.runtime.hook import kernel_error, parse_config, run_fetching
 from dml_onnx.runtime.plan import HostNode, Kernel, Segment
 from dml_onnx.runtime.private_api import ort_values_run
 from dml_onnx.runtime.stubs import in_memory_files
@@ -150,10 +149,12 @@ class SplitRun:
         self._input_dtypes = {v.name: helper.tensor_dtype_to_np_dtype(
             v.type.tensor_type.elem_type) for v in model.graph.input}
         self.outputs = [node_arg(v) for v in model.graph.output]
-        self._output_names = {arg.name for arg in self.outputs}
         self.profile: list[dict] | None = [] if self.first.get_session_options(
             ).enable_profiling else None
         self.start_ns = self.first.get_profiling_start_time_ns()
+        self._checked_here = first[0].checks_only and self.profile is None
+        self._declared = [(v.name, self._input_dtypes[v.name], _dimensions(v))
+                          for v in model.graph.input]
 
     @property
     def sessions(self) -> list[ort.InferenceSession]:
@@ -161,18 +162,23 @@ class SplitRun:
 
     def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any],
             run_options: ort.RunOptions | None) -> list[np.ndarray]:
-        for name in output_names:
-            if name not in self._output_names:  # onnxruntime's error
-                raise InvalidArgument(
-                    f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{name}")
-        started = time.time_ns()
-        feed = {name: value if isinstance(value, ort.OrtValue) else  # checked as it is
-                ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
-                    value, None if isinstance(value, np.ndarray) else  # a list as
-                    self._input_dtypes.get(name), order="C"))  # onnxruntime reads it
-                for name, value in input_feed.items()}
-        values: dict[str, Any] = {**feed, **self._constants}
-        for step in self.steps:
+        """The graph outputs ``output_names`` (graph outputs all: the session checks them)
+        for ``input_feed``; where the first segment only checks the feed, a feed that
+        :meth:`_fits` skips it."""
+        started = time.time_ns() if self.profile is not None else 0
+        steps = self.steps
+        if self._checked_here and (run_options is None or not run_options.terminate) and \
+                self._fits(input_feed):  # onnxruntime's check of the feed would pass
+            values: dict[str, Any] = {**input_feed, **self._constants}
+            steps = steps[1:]
+        else:
+            feed = {name: value if isinstance(value, ort.OrtValue) else  # checked as it is
+                    ort.OrtValue.ortvalue_from_numpy(np.asarray(  # keeps a 0-d one 0-d
+                        value, None if isinstance(value, np.ndarray) else  # a list as
+                        self._input_dtypes.get(name), order="C"))  # onnxruntime reads it
+                    for name, value in input_feed.items()}
+            values = {**feed, **self._constants}
+        for step in steps:
             if isinstance(step, Kernel):
                 self._call(step, values)
             elif isinstance(step, HostNode):
@@ -187,23 +193,37 @@ class SplitRun:
             self.profile.append(_event("model_run", "Session", started, self.start_ns))
         return [_array(values[name]) for name in output_names]
 
+    def _fits(self, feed: Mapping[str, Any]) -> bool:
+        """Whether ``feed`` is an array of the declared element type, rank and fixed
+        dimensions for each graph input and nothing else: what onnxruntime's run checks of a
+        feed of arrays. A feed that does not fit goes through the first segment, which is
+        run only to check it (a ``Size`` node: :attr:`Segment.checks_only`), and so raises
+        onnxruntime's error or takes the feed as onnxruntime takes it."""
+        if len(feed) != len(self._declared):
+            return False
+        for name, dtype, dimensions in self._declared:
+            value = feed.get(name)
+            if type(value) is not np.ndarray or value.dtype != dtype:
+                return False
+            if dimensions is not None and value.shape != dimensions and (
+                    value.ndim != len(dimensions) or any(
+                        want is not None and got != want
+                        for got, want in zip(value.shape, dimensions))):
+                return False
+        return True
+
     def _call(self, kernel: Kernel, values: dict[str, Any]) -> None:
-        started = time.time_ns()
-        state = call_state
-        outer = state.feeds, state.fetched
-        state.feeds = {name: _array(values[name]) for name in kernel.node.input if name}
-        state.fetched = {}
+        started = time.time_ns() if self.profile is not None else 0
         try:
-            run_call(parse_config(kernel.config), [None] * len(kernel.variant.definition.inputs),
-                      kernel.variant)
-            values.update(state.fetched)
+            values.update(run_fetching(
+                parse_config(kernel.config),
+                {name: _array(values[name]) for name in kernel.inputs},
+                kernel.variant))
         except BaseException as exc:
             error = kernel_error(exc, kernel.variant, kernel.config)
             if error is exc:
                 raise
             raise error from exc
-        finally:
-            state.feeds, state.fetched = outer
         if self.profile is not None:
             self.profile.append(_event(f"{kernel.node.name}_kernel_time", "Node", started,
                                        self.start_ns, op_name=kernel.variant.definition.name,
@@ -251,6 +271,15 @@ def _event(name: str, category: str, started: int, start_ns: int, **args: str) -
     return {"cat": category, "pid": os.getpid(), "tid": 0, "ph": "X", "name": name,
             "ts": (started - start_ns) // 1000, "dur": (time.time_ns() - started) // 1000,
             "args": args}
+
+
+def _dimensions(value: onnx.ValueInfoProto) -> tuple[int | None, ...] | None:
+    """A graph input's declared dimensions (``None`` for one not fixed), or ``None`` where
+    it declares no shape."""
+    tensor = value.type.tensor_type
+    if not tensor.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
 
 
 def _ort_value(value: Any) -> ort.OrtValue:

@@ -58,10 +58,11 @@ class InferenceSession(ort.InferenceSession):
     operator, node, field and value; the session keeps working. Its
     ``intra_op_num_threads``, when set, also limits the threads of our kernels.
 
-    Where a ``dml_onnx`` node reads or writes a value between standard nodes, the model runs
-    split (:mod:`~dml_onnx.runtime.plan`, :mod:`~dml_onnx.runtime.segments`): onnxruntime
-    sessions over the standard nodes, the kernels between them, ``sess_options`` given
-    ``session.force_spinning_stop`` "1" unless set
+    Where a ``dml_onnx`` node reads or writes a value between standard nodes, or the model
+    has no other nodes, it runs split (:mod:`~dml_onnx.runtime.plan`,
+    :mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes (for
+    ``dml_onnx`` nodes alone, one that checks the feed, skipped for a plain one), the kernels
+    between them, ``sess_options`` given ``session.force_spinning_stop`` "1" unless set
     (:func:`~dml_onnx.runtime.options.quiet_session_options`). Otherwise it runs as one
     onnxruntime session with a PyOp per node; ``sess_options`` then gets the
     onnxruntime-extensions library
@@ -118,6 +119,7 @@ class InferenceSession(ort.InferenceSession):
             self._session, self._weights = self._split.first, self._split.weights
             self._required = [i.name for i in self._split.inputs]  # tensors: all required
             self._split_outputs = {o.name for o in self._split.outputs}
+            self._output_names = [o.name for o in self._split.outputs]
             self._kernel_inputs: set[str] = set()  # the split run's feed check covers them
             return
         kernel_inputs = {name for node in kernels for name in node.input}
@@ -161,7 +163,7 @@ class InferenceSession(ort.InferenceSession):
             input_feed = unusual_feed(self._split, self._kernel_inputs, output_names, input_feed,
                                       run_options)
         if self._split is not None:
-            names = output_names or [o.name for o in self._split.outputs]
+            names = output_names or self._output_names
             if isinstance(names, str):  # onnxruntime's run takes a list of names alone
                 raise TypeError(f"run(): output_names is a str ({names!r}), not a list of str")
             if not self._split_outputs.issuperset(names) or \

@@ -612,13 +612,15 @@ def test_profiling_writes_a_json_trace(kind, layout, tmp_path):
 
 def test_a_float16_model(kind, layout):
     half = TensorProto.FLOAT16
-    if layout == "direct":
-        nodes = [dml_onnx.lp_pooling("X", "C", **POOL)]
+    if layout == "direct":  # a standard node beside it: one session
+        nodes = [dml_onnx.lp_pooling("X", "C", **POOL), helper.make_node("Neg", ["X"], ["D"])]
     else:
         nodes = [helper.make_node("Neg", ["X"], ["A"]),
                  dml_onnx.lp_pooling("A", "B", **POOL) if layout == "split" else
                  helper.make_node("Relu", ["A"], ["B"]), helper.make_node("Abs", ["B"], ["C"])]
-    model = dml_onnx.make_model(nodes, [_value("X", half, ["N", 3, 5, 5])], [_value("C", half)])
+    model = dml_onnx.make_model(nodes, [_value("X", half, ["N", 3, 5, 5])],
+                                [_value("C", half), *([_value("D", half)] if layout == "direct"
+                                                      else [])])
     session, reference = _session(kind, model), _reference(model)
     _check_mode(session, kind, layout)
     x = X.astype(np.float16)

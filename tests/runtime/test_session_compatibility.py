@@ -83,7 +83,7 @@ def test_missing_inputs_raise_value_error_naming_them_before_anything_runs(layou
     plain, ours = _sessions(model)
     assert (ours._split is not None) == (layout == "between")
     monkeypatch.setattr(hook, "run_call", lambda *a: pytest.fail("a kernel ran"))
-    monkeypatch.setattr(segments, "run_call", lambda *a: pytest.fail("a kernel ran"))
+    monkeypatch.setattr(segments, "run_fetching", lambda *a: pytest.fail("a kernel ran"))
     for feeds in ({}, {"Y": np.ones(1, np.float32)}, {"X": X}):
         with pytest.raises(ValueError) as expected:
             plain.run(None, feeds)

@@ -27,12 +27,17 @@ SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"
 
 
 def test_idle_workers_do_not_spin_unless_the_caller_says_so():
+    """Where the kernels run inside onnxruntime's run (one session: a standard node beside
+    them)."""
+    one_session = dml_onnx.make_model(
+        [*MODEL.graph.node, helper.make_node("Neg", ["X"], ["Z"])], list(MODEL.graph.input),
+        [*MODEL.graph.output, helper.make_tensor_value_info("Z", TensorProto.FLOAT, None)])
     options = ort.SessionOptions()
-    dml_onnx.InferenceSession(MODEL, options)
+    assert dml_onnx.InferenceSession(one_session, options)._split is None
     assert [options.get_session_config_entry(k) for k in SPINNING] == ["0", "0"]
     mine = ort.SessionOptions()
     mine.add_session_config_entry(SPINNING[0], "1")
-    dml_onnx.InferenceSession(MODEL, mine)
+    dml_onnx.InferenceSession(one_session, mine)
     assert [mine.get_session_config_entry(k) for k in SPINNING] == ["1", "0"]
 
 

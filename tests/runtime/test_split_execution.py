@@ -176,12 +176,12 @@ def test_kernels_read_the_segments_arrays_without_a_copy(monkeypatch):
     model, feeds = _detector_like()
     session = dml_onnx.InferenceSession(model)
     seen = []
-    run_call = segments.run_call
+    run_fetching = segments.run_fetching
 
-    def spy(call, feed, variant):
-        seen.append({name: array for name, array in segments.call_state.feeds.items()})
-        return run_call(call, feed, variant)
-    monkeypatch.setattr(segments, "run_call", spy)
+    def spy(call, given, variant):
+        seen.append(dict(given))
+        return run_fetching(call, given, variant)
+    monkeypatch.setattr(segments, "run_fetching", spy)
     session.run(None, feeds)
     assert [sorted(s) for s in seen] == [["F_t", "batch", "rois"], ["R_t", "batch", "rois"],
                                         ["S"]]
@@ -218,8 +218,9 @@ def test_random_chains_equal_the_one_session_route(ops, exposed, seed):
 
 def test_models_that_gain_nothing_or_cannot_split_keep_one_session(tmp_path):
     value = _value("X", FLOAT, [1, 3, 5, 5])
-    only_ends = dml_onnx.make_model([dml_onnx.lp_pooling("X", "Y", **POOL)], [value],
-                                    [_value("Y")])
+    only_ends = dml_onnx.make_model(  # a standard node beside: onnxruntime runs anyway
+        [dml_onnx.lp_pooling("X", "Y", **POOL), helper.make_node("Neg", ["X"], ["Z"])],
+        [value], [_value("Y"), _value("Z")])
     assert dml_onnx.InferenceSession(only_ends)._split is None
     unsorted = dml_onnx.make_model(  # onnxruntime sorts the nodes; one session keeps that
         [helper.make_node("Relu", ["B"], ["Y"]), helper.make_node("Neg", ["X"], ["A"]),
@@ -239,7 +240,7 @@ def test_models_that_gain_nothing_or_cannot_split_keep_one_session(tmp_path):
 def test_the_feed_is_checked_before_any_kernel_runs(monkeypatch):
     model, feeds = _detector_like()
     session = dml_onnx.InferenceSession(model)
-    monkeypatch.setattr(segments, "run_call", lambda *a: pytest.fail("a kernel ran"))
+    monkeypatch.setattr(segments, "run_fetching", lambda *a: pytest.fail("a kernel ran"))
     with pytest.raises(Exception, match="bias"):  # only the last segment reads it
         session.run(None, {"X": feeds["X"]})
     with pytest.raises(Exception, match="(?i)data type"):
@@ -316,12 +317,12 @@ def test_kernels_see_the_sessions_intra_op_thread_count(threads, monkeypatch):
     options.intra_op_num_threads = threads
     session = dml_onnx.InferenceSession(model, options)
     seen = []
-    run_call = segments.run_call
+    run_fetching = segments.run_fetching
 
     def spy(*args):
         seen.append(_threads.thread_limit.get())
-        return run_call(*args)
-    monkeypatch.setattr(segments, "run_call", spy)
+        return run_fetching(*args)
+    monkeypatch.setattr(segments, "run_fetching", spy)
     session.run(None, feeds)
     assert seen == [threads] * 3
     assert _threads.thread_limit.get() == 0
