@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from dml_onnx.runtime import host_nodes
 from dml_onnx.runtime.hook import kernel_error, parse_config, run_fetching
@@ -83,6 +83,13 @@ def _sessions(made: list[tuple[ort.SessionOptions, bytes]], options: ort.Session
                 raise
     return [create(item) for item in made]
 
+
+_CHECKED_TYPES = frozenset({
+    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL,
+    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
+"""The graph input types :meth:`SplitRun.fits` checks: those of one numpy type each (a
+bfloat16 or float8 input has none: a feed for it goes through onnxruntime's check)."""
 
 RunValues = Callable[[list[str], Mapping[str, ort.OrtValue], Any], list[ort.OrtValue]]
 """A segment's ``run(output_names, feed, run_options)``, in ``OrtValue`` tensors."""
@@ -153,22 +160,22 @@ class SplitRun:
             ).enable_profiling else None
         self.start_ns = self.first.get_profiling_start_time_ns()
         self._checked_here = first[0].checks_only and self.profile is None
-        self._declared = [(v.name, self._input_dtypes[v.name], _dimensions(v))
-                          for v in model.graph.input]
+        self._declared = [(v.name, self._input_dtypes[v.name]
+                           if v.type.tensor_type.elem_type in _CHECKED_TYPES else None,
+                           _dimensions(v)) for v in model.graph.input]
 
     @property
     def sessions(self) -> list[ort.InferenceSession]:
         return [step[1] for step in self.steps if isinstance(step, tuple)]
 
     def run(self, output_names: Sequence[str], input_feed: Mapping[str, Any],
-            run_options: ort.RunOptions | None) -> list[np.ndarray]:
+            run_options: ort.RunOptions | None, fits: bool) -> list[np.ndarray]:
         """The graph outputs ``output_names`` (graph outputs all: the session checks them)
         for ``input_feed``; where the first segment only checks the feed, a feed that
-        :meth:`_fits` skips it."""
+        :meth:`fits` (``fits``: the caller asked) skips it."""
         started = time.time_ns() if self.profile is not None else 0
         steps = self.steps
-        if self._checked_here and (run_options is None or not run_options.terminate) and \
-                self._fits(input_feed):  # onnxruntime's check of the feed would pass
+        if fits and self._checked_here and (run_options is None or not run_options.terminate):
             values: dict[str, Any] = {**input_feed, **self._constants}
             steps = steps[1:]
         else:
@@ -193,17 +200,18 @@ class SplitRun:
             self.profile.append(_event("model_run", "Session", started, self.start_ns))
         return [_array(values[name]) for name in output_names]
 
-    def _fits(self, feed: Mapping[str, Any]) -> bool:
+    def fits(self, feed: Mapping[str, Any]) -> bool:
         """Whether ``feed`` is an array of the declared element type, rank and fixed
         dimensions for each graph input and nothing else: what onnxruntime's run checks of a
-        feed of arrays. A feed that does not fit goes through the first segment, which is
-        run only to check it (a ``Size`` node: :attr:`Segment.checks_only`), and so raises
-        onnxruntime's error or takes the feed as onnxruntime takes it."""
+        feed of arrays (every value plain, every name a graph input's). Where the first
+        segment only checks the feed (a ``Size`` node: :attr:`Segment.checks_only`), a feed
+        that fits skips it, and one that does not goes through it, which raises onnxruntime's
+        error or takes the feed as onnxruntime takes it."""
         if len(feed) != len(self._declared):
             return False
         for name, dtype, dimensions in self._declared:
             value = feed.get(name)
-            if type(value) is not np.ndarray or value.dtype != dtype:
+            if type(value) is not np.ndarray or dtype is None or value.dtype != dtype:
                 return False
             if dimensions is not None and value.shape != dimensions and (
                     value.ndim != len(dimensions) or any(

@@ -159,20 +159,23 @@ class InferenceSession(ort.InferenceSession):
         if output_names and not isinstance(output_names, list | tuple | str):
             output_names = list(output_names)  # a generator is read once (and a set in its
             # order, as onnxruntime reads them)
-        if not all(map(plain, input_feed.values())):
-            input_feed = unusual_feed(self._split, self._kernel_inputs, output_names, input_feed,
+        split = self._split
+        fits = split is not None and split.fits(input_feed)  # so every value is plain
+        if not fits and not all(map(plain, input_feed.values())):
+            input_feed = unusual_feed(split, self._kernel_inputs, output_names, input_feed,
                                       run_options)
-        if self._split is not None:
+        if split is not None:
             names = output_names or self._output_names
             if isinstance(names, str):  # onnxruntime's run takes a list of names alone
                 raise TypeError(f"run(): output_names is a str ({names!r}), not a list of str")
             if not self._split_outputs.issuperset(names) or \
-                    not all(isinstance(name, str) for name in input_feed):
-                unusual_feed(self._split, self._kernel_inputs, names, input_feed,  # raises
+                    not fits and not all(isinstance(name, str) for name in input_feed):
+                unusual_feed(split, self._kernel_inputs, names, input_feed,  # raises
                              run_options)  # onnxruntime's error
             threads = thread_limit.set(self._threads)
             try:
-                return self._split.run(names, input_feed, run_options)
+                return split.run(names, input_feed, run_options,
+                                 fits or split.fits(input_feed))  # a converted feed may
             finally:
                 thread_limit.reset(threads)
         state = call_state
