@@ -30,23 +30,36 @@ def element_types(model: onnx.ModelProto) -> dict[str, int]:
     return element_types_and_ranks(model)[0]
 
 
+Dims = dict[str, tuple[int | None, ...]]
+"""Each value's dimensions where its rank is known: ``None`` for one not a fixed number."""
+
+
 def element_types_and_ranks(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     """:func:`element_types`, and the rank of every tensor value whose rank is known, from one
     shape inference."""
+    types, dims = element_types_and_dims(model)
+    return types, {name: len(shape) for name, shape in dims.items()}
+
+
+def element_types_and_dims(model: onnx.ModelProto) -> tuple[dict[str, int], Dims]:
+    """:func:`element_types`, and the dimensions of every tensor value whose rank is known
+    (:data:`Dims`), from one shape inference."""
     graph = inferred_graph(model)
-    types, ranks = {}, {}
+    types: dict[str, int] = {}
+    dims: Dims = {}
     for value in (*graph.input, *graph.value_info, *graph.output):
         tensor = value.type.tensor_type
         if value.type.HasField("tensor_type") and tensor.elem_type:
             types[value.name] = tensor.elem_type
             if tensor.HasField("shape"):
-                ranks[value.name] = len(tensor.shape.dim)
+                dims[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                         for d in tensor.shape.dim)
     constants = [(node.output[0], attribute.t) for node in graph.node
                  if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
                  for attribute in node.attribute if attribute.name == "value"]
     for name, tensor in [*((t.name, t) for t in graph.initializer), *constants]:
-        types[name], ranks[name] = tensor.data_type, len(tensor.dims)
-    return types, ranks
+        types[name], dims[name] = tensor.data_type, tuple(tensor.dims)
+    return types, dims
 
 
 def static_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:

@@ -31,6 +31,7 @@ server, against 4 ms for the kernels) and torchvision's merge of its poolers' le
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -39,7 +40,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from dml_onnx.definition import DOMAIN
-from dml_onnx.graphs import subgraphs, unused_prefix, walk_nodes
+from dml_onnx.graphs import Dims, subgraphs, unused_prefix, walk_nodes
 from dml_onnx.runtime import host_nodes
 from dml_onnx.runtime.hook import Variant
 from dml_onnx.runtime.rewrite import plan_node
@@ -55,6 +56,7 @@ class Segment:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     checks_only: bool = False  # a first segment that only checks the feed (one Size node)
+    work: int | None = None  # multiply-adds and values written (:func:`work`); None: unknown
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,9 @@ class HostNode:
     copy: bool = False  # its result copied: a Cast whose array another graph output has
 
 
-def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str, int]
+def split(model: onnx.ModelProto, elem_types: dict[str, int], dims: Dims
           ) -> list[Segment | Kernel | HostNode] | None:
-    """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``ranks`` of
+    """The steps of ``model`` (its ``dml_onnx`` nodes checked; ``elem_types`` and ``dims`` of
     its values as inferred), or ``None`` where split execution does not apply or gains
     nothing: the model has standard nodes and no ``dml_onnx`` node reads or writes a value
     between them (the PyOps then copy nothing: :mod:`~dml_onnx.runtime.rewrite`'s direct
@@ -113,7 +115,7 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], ranks: Mapping[str
             or any(v.type.tensor_type.elem_type == TensorProto.STRING for v in graph.input)
             or any(read_by_onnxruntime(tensor) for tensor in graph.initializer)):
         return None
-    wiring = _Wiring(model, custom, held, elem_types, ranks)
+    wiring = _Wiring(model, custom, held, elem_types, dims)
     if not wiring.sorted:
         return None
     host = _host_nodes(wiring)
@@ -245,9 +247,9 @@ class _Wiring:
 
     def __init__(self, model: onnx.ModelProto, custom: Sequence[bool],
                  held: Sequence[Sequence[onnx.GraphProto]], elem_types: Mapping[str, int],
-                 ranks: Mapping[str, int]):
+                 dims: Dims):
         graph = self.graph = model.graph
-        self.model, self.custom, self.elem_types, self.ranks = model, custom, elem_types, ranks
+        self.model, self.custom, self.elem_types, self.dims = model, custom, elem_types, dims
         self.declared = {value.name: value for value in (*graph.input, *graph.output)}
         self.graph_inputs = {value.name for value in graph.input}
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
@@ -321,11 +323,12 @@ class _Wiring:
         return self._build(
             nodes,
             [self.declared[name] if name in self.graph_inputs else
-             value(name, self.ranks.get(name) if name in self.from_kernels else None)
+             value(name, len(self.dims[name]) if name in self.from_kernels and name in self.dims
+                   else None)
              for name in inputs],
             [self.declared.get(name) or value(name) for name in outputs],
             [self.initializers[name] for name in sorted(read & self.initializers.keys())],
-            first)
+            first, work(nodes, self.dims))
 
     def feed_check(self) -> Segment | None:
         """A first segment for a model whose first nodes are kernels: every graph input and
@@ -343,7 +346,7 @@ class _Wiring:
 
     def _build(self, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
                outputs: list[onnx.ValueInfoProto], initializers: list[onnx.TensorProto],
-               first: bool) -> Segment:
+               first: bool, work: int | None = 0) -> Segment:
         result = helper.make_model(
             helper.make_graph(nodes, self.graph.name, inputs, outputs, initializer=initializers),
             ir_version=self.model.ir_version, functions=self.model.functions,
@@ -354,7 +357,49 @@ class _Wiring:
                 setattr(result, field, getattr(self.model, field))
             result.metadata_props.extend(self.model.metadata_props)
             result.graph.doc_string = self.graph.doc_string  # its graph_description
-        return Segment(result, tuple(v.name for v in inputs), tuple(v.name for v in outputs))
+        return Segment(result, tuple(v.name for v in inputs), tuple(v.name for v in outputs),
+                       work=work)
+
+
+def work(nodes: Sequence[onnx.NodeProto], dims: Dims) -> int | None:
+    """What ``nodes`` compute, in multiply-adds (a ``Conv``, ``ConvTranspose``, ``MatMul`` or
+    ``Gemm``) and values written (every node), from their inferred ``dims``; ``None`` where a
+    node's output or weight has a dimension that is not a fixed number, or a subgraph."""
+    total = 0
+    for node in nodes:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in node.attribute):
+            return None
+        for name in node.output:
+            shape = dims.get(name) if name else ()
+            if shape is None or None in shape:
+                return None
+            total += math.prod(shape)  # type: ignore[arg-type]
+        read = [dims.get(name) if name else () for name in node.input]
+        if node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm") and \
+                node.domain in ("", "ai.onnx"):
+            factor = _reduction(node, read)
+            if factor is None:
+                return None
+            total += factor * math.prod(dims[node.output[0]])  # type: ignore[arg-type]
+    return total
+
+
+def _reduction(node: onnx.NodeProto, read: list[tuple[int | None, ...] | None]) -> int | None:
+    """The multiply-adds per output value of a ``Conv``, ``ConvTranspose``, ``MatMul`` or
+    ``Gemm`` whose inputs have the dimensions ``read`` (``None`` where not fixed)."""
+    if len(read) < 2 or read[0] is None or read[1] is None or None in read[0] or \
+            None in read[1] or not read[0] or not read[1]:
+        return None
+    data, weight = read[0], read[1]
+    if node.op_type == "Conv":
+        return math.prod(weight[1:])  # type: ignore[arg-type]
+    if node.op_type == "ConvTranspose":  # at most C_in * kernel (group and stride ignored)
+        return weight[0] * math.prod(weight[2:])  # type: ignore[operator,arg-type]
+    if node.op_type == "Gemm":
+        transposed = any(a.name == "transA" and a.i for a in node.attribute)
+        return data[0] if transposed and len(data) == 2 else data[-1]
+    return data[-1]  # MatMul
 
 
 def _static(value: onnx.ValueInfoProto) -> bool:

@@ -1,5 +1,5 @@
 """The load stage's checks and the plan, once per graph: a model's checked element types and
-ranks (:func:`~dml_onnx.runtime.rewrite.checked_types`) and its split execution's steps
+dimensions (:func:`~dml_onnx.runtime.rewrite.checked_types`) and its split execution's steps
 (:func:`~dml_onnx.runtime.plan.split`), kept for the next session of the same graph
 (:func:`prepared`): they depend on the graph alone, never on the weights' values.
 """
@@ -13,10 +13,11 @@ from collections import OrderedDict
 
 import onnx
 
+from dml_onnx.graphs import Dims
 from dml_onnx.runtime.plan import HostNode, Kernel, Segment, split
 from dml_onnx.runtime.rewrite import checked_types
 
-Prepared = tuple[dict[str, int], dict[str, int], list[Segment | Kernel | HostNode] | None]
+Prepared = tuple[dict[str, int], Dims, list[Segment | Kernel | HostNode] | None]
 PREPARED_MODELS = 8
 """How many models' checked types and steps the process keeps (the latest used), by the digest
 of the model without its weights' values: creating a session of a model again skips them
@@ -30,13 +31,13 @@ _prepared_lock = threading.Lock()
 
 
 def prepared(model: onnx.ModelProto, *, strings: bool, split_it: bool) -> Prepared:
-    """``model``'s element types and ranks (:func:`checked_types`, which raises for a bad
+    """``model``'s element types and dimensions (:func:`checked_types`, which raises for a bad
     model) and its steps (:func:`split`; None where it runs as one session or ``split_it`` is
     false), from the kept ones (:data:`PREPARED_MODELS`, :data:`PREPARED_BYTES`) where the
     same model (``model`` is its graph without the weights' values) was prepared before."""
     def prepare() -> Prepared:
-        elem_types, ranks = checked_types(model, strings=strings)
-        return elem_types, ranks, split(model, elem_types, ranks) if split_it else None
+        elem_types, dims = checked_types(model, strings=strings)
+        return elem_types, dims, split(model, elem_types, dims) if split_it else None
 
     size = model.ByteSize()
     if size > PREPARED_BYTES:  # not kept: no serialized copy of it just for the key

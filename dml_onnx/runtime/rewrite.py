@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from dml_onnx._kernels import KernelError
 from dml_onnx.builders import STANDARD_OPSET
 from dml_onnx.definition import DOMAIN, RUNTIME_DOMAIN, OpDefinition, node_label
-from dml_onnx.graphs import check_structure, element_types_and_ranks, unused_prefix, walk_nodes
+from dml_onnx.graphs import Dims, check_structure, element_types_and_dims, unused_prefix, walk_nodes
 from dml_onnx.model_files import load_model
 from dml_onnx.ops import OPERATORS_BY_NAME
 from dml_onnx.runtime.hook import (
@@ -56,14 +56,13 @@ def to_runtime_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx
     return runtime_model(load_model(model), mode="guarded", strings=True)
 
 
-def checked_types(model: onnx.ModelProto, *, strings: bool
-                  ) -> tuple[dict[str, int], dict[str, int]]:
-    """The element types and ranks of ``model``'s values
-    (:func:`dml_onnx.graphs.element_types_and_ranks`), after its structure is checked;
+def checked_types(model: onnx.ModelProto, *, strings: bool) -> tuple[dict[str, int], Dims]:
+    """The element types and dimensions of ``model``'s values
+    (:func:`dml_onnx.graphs.element_types_and_dims`), after its structure is checked;
     ``strings=False`` for a model whose strings :func:`dml_onnx.model_files.load_model` checked."""
     register_schemas()
     check_structure(model, "the onnxruntime binding", strings=strings, schemas=False)
-    return element_types_and_ranks(model)
+    return element_types_and_dims(model)
 
 
 def runtime_model(model: onnx.ModelProto, *, mode: _Mode, strings: bool,

@@ -47,9 +47,31 @@ class NodeArg:
     shape: list[int | str | None]  # [] where unknown
 
 
-def _sessions(made: list[tuple[ort.SessionOptions, bytes]], options: ort.SessionOptions | None,
-              prefix: str, session_arguments: dict[str, Any]) -> list[ort.InferenceSession]:
-    """onnxruntime's sessions of ``made`` (options and serialized model each).
+SEGMENT_GRAIN = 4_000_000
+"""The work (:func:`~dml_onnx.runtime.plan.work`: multiply-adds and values written) per
+intra-op thread a segment is given, up to the session's threads: each segment is a session
+with its own pool, and at 16 threads a new pool took 10-20 runs to reach its steady time
+(the first runs of a small CNN's 9 segments took 19-57 ms against 5 for the plain session,
+and runs 3-10 1.4-1.8x the plain session's). With 4 threads a segment the first runs took
+7-9 ms, and runs 3-10 0.98x (16-core server, ``benchmarks/results/graphs_server.md``)."""
+
+
+def segment_threads(work: int | None, threads: int) -> int:
+    """The intra-op threads of a segment of ``work`` (``None``: unknown) in a session of
+    ``threads`` (0: every usable core): one per :data:`SEGMENT_GRAIN`, at least one, at most
+    ``threads``; 0 (onnxruntime's default) where that is every core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    allowed = threads or cores
+    wanted = allowed if work is None else max(1, min(allowed, work // SEGMENT_GRAIN))
+    return 0 if wanted >= allowed and not threads else wanted
+
+
+def _sessions(made: list[tuple[ort.SessionOptions, bytes, int]],
+              options: ort.SessionOptions | None, prefix: str,
+              session_arguments: dict[str, Any]) -> list[ort.InferenceSession]:
+    """onnxruntime's sessions of ``made`` (options, serialized model and intra-op threads
+    each: :func:`segment_threads`).
 
     On options of our own (``options`` None) they are created side by side on threads:
     onnxruntime optimizes each graph on one thread with the interpreter lock released, and
@@ -60,17 +82,20 @@ def _sessions(made: list[tuple[ort.SessionOptions, bytes]], options: ort.Session
     1.49-1.67x plain onnxruntime's on the server); each segment then gets its own profile
     file (the prefix ``prefix_segment<k>`` while it is created). Where no thread can start (a
     memory limit), one at a time too."""
-    def create(item: tuple[ort.SessionOptions, bytes]) -> ort.InferenceSession:
+    def create(item: tuple[ort.SessionOptions, bytes, int]) -> ort.InferenceSession:
         return ort.InferenceSession(item[1], item[0], **session_arguments)
 
     if options is not None:
         sessions = []
+        threads = options.intra_op_num_threads
         for k, item in enumerate(made):  # one profile file each (names are made to the second)
             options.profile_file_prefix = f"{prefix}_segment{k}"
+            options.intra_op_num_threads = item[2]
             try:
                 sessions.append(create(item))
             finally:
                 options.profile_file_prefix = prefix
+                options.intra_op_num_threads = threads
         return sessions
     threads = min(len(made), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                   else os.cpu_count() or 1)
@@ -124,10 +149,12 @@ class SplitRun:
             name: weights[name] if name in weights else numpy_helper.to_array(initializers[name])
             for step in steps if isinstance(step, Kernel | HostNode)
             for name in step.node.input if name in initializers}
-        made: list[tuple[ort.SessionOptions, bytes]] = []  # each segment's, in order
+        made: list[tuple[ort.SessionOptions, bytes, int]] = []  # each segment's, in order
+        threads = options.intra_op_num_threads if options is not None else 0
         for step in steps:
             if isinstance(step, Kernel | HostNode):
                 continue
+            own_threads = segment_threads(step.work, threads)
             mine = {t.name: weights[t.name] for t in step.model.graph.initializer
                     if t.name in weights}
             if options is not None:  # onnxruntime copies the weights: none kept here
@@ -137,9 +164,10 @@ class SplitRun:
                 if names:
                     options.add_external_initializers_from_files_in_memory(
                         names, buffers, [b.size for b in buffers])
-                made.append((options, pointed.SerializeToString()))
+                made.append((options, pointed.SerializeToString(), own_threads))
             else:
-                made.append((make_options(), step.model.SerializeToString()))
+                made.append((make_options(), step.model.SerializeToString(), own_threads))
+                made[-1][0].intra_op_num_threads = own_threads
                 values = [ort.OrtValue.ortvalue_from_numpy(array) for array in mine.values()]
                 if values:
                     made[-1][0].add_external_initializers(list(mine), values)

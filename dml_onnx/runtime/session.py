@@ -97,7 +97,7 @@ class InferenceSession(ort.InferenceSession):
                             split_it=sess_options is None  # one writes one optimized model
                             or not sess_options.optimized_model_filepath)
         try:
-            model, weights, (elem_types, ranks, steps) = read_without_weights(
+            model, weights, (elem_types, _, steps) = read_without_weights(
                 path_or_bytes, prepare, absent_left=sess_options is not None)  # the options
             # may hold those values
         except (OSError, ValueError, TypeError) as error:

@@ -625,3 +625,56 @@ def test_a_scatter_stays_in_its_segment_where_it_cannot_run_in_place(case):
     assert "HostNode" not in _kinds(session) and "Kernel" in _kinds(session)
     for got, want in zip(session.run(None, feeds), _one_session(model, feeds), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _conv_pool_model(shape):
+    """``Conv (3 -> 4, 3x3) -> LpPooling -> Relu`` on ``X`` of ``shape`` (None: unknown)."""
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32) / 27, "W")
+    return dml_onnx.make_model(
+        [helper.make_node("Conv", ["X", "W"], ["F"], pads=[1, 1, 1, 1]),
+         dml_onnx.lp_pooling("F", "P", **POOL), helper.make_node("Relu", ["P"], ["Y"])],
+        [_value("X", shape=shape)], [_value("Y")], initializers=[weight])
+
+
+@pytest.mark.parametrize("own_options", [False, True])
+def test_segments_get_threads_by_their_work(own_options):
+    """A segment of small known work gets fewer intra-op threads than the session (a pool of
+    its own per segment); one whose work is unknown gets the session's; the caller's options
+    keep their count."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 4
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    counts = {}
+    for shape in ([1, 3, 8, 8], None):
+        model = _conv_pool_model(shape)
+        session = dml_onnx.InferenceSession(model, options if own_options else None)
+        counts[str(shape)] = [s.get_session_options().intra_op_num_threads
+                              for s in session._split.sessions]
+        np.testing.assert_array_equal(session.run(None, {"X": x})[0],
+                                      _one_session(model, {"X": x})[0])
+    assert counts["[1, 3, 8, 8]"] == [1, 1]
+    assert counts["None"] == ([4, 4] if own_options else [0, 0])  # 0: onnxruntime's default
+    assert options.intra_op_num_threads == 4
+
+
+def test_work_counts_multiply_adds_and_values_written():
+    conv = helper.make_node("Conv", ["X", "W"], ["F"])
+    matmul = helper.make_node("MatMul", ["F", "M"], ["G"])
+    dims = {"X": (1, 3, 8, 8), "W": (4, 3, 3, 3), "F": (1, 4, 6, 6), "M": (6, 5),
+            "G": (1, 4, 6, 5)}
+    assert plan.work([conv], dims) == 144 * 27 + 144
+    assert plan.work([conv, matmul], dims) == 144 * 28 + 120 * 7
+    assert plan.work([conv], {**dims, "F": (None, 4, 6, 6)}) is None
+    assert plan.work([matmul], {**dims, "M": (None, 5)}) is None
+    assert plan.work([], dims) == 0
+
+
+@pytest.mark.parametrize("work, threads, want", [
+    (None, 4, 4), (None, 0, 0), (0, 4, 1), (segments.SEGMENT_GRAIN * 3, 4, 3),
+    (segments.SEGMENT_GRAIN * 9, 4, 4), (segments.SEGMENT_GRAIN - 1, 0, 1),
+])
+def test_segment_threads(work, threads, want, monkeypatch):
+    monkeypatch.setattr(segments.os, "sched_getaffinity", lambda pid: set(range(8)),
+                        raising=False)
+    assert segments.segment_threads(work, threads) == want
+    assert segments.segment_threads(segments.SEGMENT_GRAIN * 8, 0) == 0  # every core
