@@ -17,8 +17,6 @@ from onnx import TensorProto
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 import dml_onnx
-from dml_onnx._kernels import _threads
-from dml_onnx.runtime import segments
 from tests.runtime.test_onnxruntime_api import (
     FEED,
     POOL,
@@ -29,6 +27,7 @@ from tests.runtime.test_onnxruntime_api import (
     _raises_as,
     _same,
     _value,
+    ort_values_raise_as,
 )
 
 
@@ -94,12 +93,7 @@ def test_run_errors_are_onnxruntimes(case):
         _raises_as(lambda: session.run(names, feed), lambda: reference.run(names, feed))
     else:  # a None for Y, which no node reads here
         _same(session.run(names, feed), want)
-    if isinstance(feed, dict):
-        values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(value))
-                  for name, value in feed.items() if isinstance(value, np.ndarray)
-                  and value.dtype.kind not in "OSU"}
-        _raises_as(lambda: session.run_with_ort_values(names, values),
-                   lambda: reference.run_with_ort_values(names, values))
+    ort_values_raise_as(session, reference, names, feed)
     _same(session.run(None, FEED), reference.run(None, FEED))  # and it goes on
 
 
@@ -130,23 +124,6 @@ def test_what_the_session_says_about_itself():
             [(v.name, v.type, v.shape) for v in getattr(reference, getter)()], getter
     assert [(v.name, v.type) for v in session.get_outputs()] == \
         [(v.name, v.type) for v in reference.get_outputs()]  # the shapes: ours are inferred
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_kernels_see_the_sessions_intra_op_thread_count(threads, monkeypatch):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = dml_onnx.InferenceSession(_model(), options)
-    seen = []
-    run_fetching = segments.run_fetching
-
-    def spy(*args):
-        seen.append(_threads.thread_limit.get())
-        return run_fetching(*args)
-    monkeypatch.setattr(segments, "run_fetching", spy)
-    session.run(None, FEED)
-    assert seen == [threads] * 3
-    assert _threads.thread_limit.get() == 0
 
 
 def test_profiling_traces_every_run_with_its_kernels(tmp_path):

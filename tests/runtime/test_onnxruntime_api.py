@@ -533,6 +533,13 @@ def test_run_errors_are_onnxruntimes(kind, layout, case):
     session, reference = _pair(kind, layout)
     names, feed = RUN_ERRORS[case]
     _raises_as(lambda: session.run(names, feed), lambda: reference.run(names, feed))
+    ort_values_raise_as(session, reference, names, feed)
+    _same(session.run(None, FEED), reference.run(None, FEED))  # and it goes on
+
+
+def ort_values_raise_as(session: Any, reference: Any, names: Any, feed: Any) -> None:
+    """``run_with_ort_values`` of ``feed``'s numeric arrays (a feed that is a dict) raises
+    as the reference's."""
     if not isinstance(feed, dict):
         return
     values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(value))
@@ -540,7 +547,6 @@ def test_run_errors_are_onnxruntimes(kind, layout, case):
               and value.dtype.kind not in "OSU"}
     _raises_as(lambda: session.run_with_ort_values(names, values),
                lambda: reference.run_with_ort_values(names, values))
-    _same(session.run(None, FEED), reference.run(None, FEED))  # and it goes on
 
 
 # --- what the session says about itself -----------------------------------------------------

@@ -22,6 +22,8 @@ import dml_onnx
 from dml_onnx._kernels import KernelError, _threads
 from dml_onnx.reference import ReferenceEvaluator
 from dml_onnx.runtime import plan, private_api, segments
+from tests.runtime.test_kernels_only import FEED as KERNELS_ONLY_FEED
+from tests.runtime.test_kernels_only import _model as kernels_only_model
 
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
@@ -311,8 +313,10 @@ def test_segments_spin_while_they_run_and_stop_after_unless_the_caller_says():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernels_see_the_sessions_intra_op_thread_count(threads, monkeypatch):
-    model, feeds = _detector_like()
+@pytest.mark.parametrize("kernels_only", [False, True])
+def test_kernels_see_the_sessions_intra_op_thread_count(threads, kernels_only, monkeypatch):
+    model, feeds = (kernels_only_model(), KERNELS_ONLY_FEED) if kernels_only else \
+        _detector_like()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = dml_onnx.InferenceSession(model, options)
