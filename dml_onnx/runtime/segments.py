@@ -180,6 +180,9 @@ class SplitRun:
         first = self.steps[0]
         assert isinstance(first, tuple)  # split() puts a segment first
         self.first = first[1]
+        # the session's options, as the caller reads them, say the session's thread count,
+        # not the first segment's own (the options onnxruntime keeps: the pool is made)
+        self.first.get_session_options().intra_op_num_threads = threads
         self.inputs = [node_arg(v) for v in model.graph.input]
         self._input_dtypes = {v.name: helper.tensor_dtype_to_np_dtype(
             v.type.tensor_type.elem_type) for v in model.graph.input}

@@ -119,6 +119,10 @@ def test_a_float16_model():
 
 def test_what_the_session_says_about_itself():
     session, reference = _pair()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 3  # its checking segment runs on one
+    assert dml_onnx.InferenceSession(_model(), options).get_session_options(
+        ).intra_op_num_threads == 3
     for getter in ("get_inputs", "get_overridable_initializers"):
         assert [(v.name, v.type, v.shape) for v in getattr(session, getter)()] == \
             [(v.name, v.type, v.shape) for v in getattr(reference, getter)()], getter

@@ -652,8 +652,9 @@ def test_segments_get_threads_by_their_work(own_options):
     for shape in ([1, 3, 8, 8], None):
         model = _conv_pool_model(shape)
         session = dml_onnx.InferenceSession(model, options if own_options else None)
-        counts[str(shape)] = [s.get_session_options().intra_op_num_threads
+        counts[str(shape)] = [s._sess.session_options.intra_op_num_threads  # as made
                               for s in session._split.sessions]
+        assert session.get_session_options().intra_op_num_threads == (4 if own_options else 0)
         np.testing.assert_array_equal(session.run(None, {"X": x})[0],
                                       _one_session(model, {"X": x})[0])
     assert counts["[1, 3, 8, 8]"] == [1, 1]
