@@ -12,7 +12,10 @@ than sleeping) and stop at its end (``session.force_spinning_stop``), when the k
 cores.
 
 The steps are :mod:`~dml_onnx.runtime.plan`'s (:func:`~dml_onnx.runtime.plan.split`); this
-stage builds their sessions (:class:`SplitRun`) and runs them.
+stage builds their sessions (:class:`SplitRun`), each with the intra-op threads its work
+calls for (:func:`segment_threads`), and runs them; a first segment that only checks the feed
+(a model of ``dml_onnx`` nodes alone) is skipped where :meth:`SplitRun.fits` says the feed
+would pass.
 """
 
 from __future__ import annotations
