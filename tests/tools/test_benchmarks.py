@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dml_onnx
-from benchmarks import bandwidth, graphs, harness, models, neighbours, run
+from benchmarks import bandwidth, graphs, harness, models, neighbours, run, timeline
 from benchmarks.harness import traced_peak
 from benchmarks.rows import rows as benchmark_rows
 
@@ -172,3 +172,23 @@ def test_alternating_rounds_time_each_side_in_turn_on_new_sessions(monkeypatch):
     assert made == ["fast", "slow"] * harness.ROUNDS
     assert outputs == {"fast": ["fast"], "slow": ["slow"]}
     assert medians == pytest.approx({"fast": 1.0, "slow": 3.0})
+
+
+def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypatch):
+    """benchmarks/timeline.py: a side "segments at N" creates every segment at N intra-op
+    threads while its session is made, and the sizing is the shipped one again after."""
+    from dml_onnx.runtime import segments
+
+    stock, ours, feeds = graphs._chain_model("roi_align")
+    made = timeline.sides(stock, ours, 4, ["auto", "1"])
+    assert list(made) == ["stock", "ours", "ours, segments at 1"]
+    at_one = made["ours, segments at 1"]()
+    assert {s._sess.session_options.intra_op_num_threads for s in at_one._split.sessions} == {1}
+    assert segments.segment_threads(None, 4) == 4
+    shipped = made["ours"]()
+    assert {s._sess.session_options.intra_op_num_threads
+            for s in shipped._split.sessions} == {2, 4}  # sized by work, and unknown work
+    monkeypatch.setattr(timeline.time, "sleep", lambda seconds: None)
+    cells = timeline.per_run_ms(made["stock"], feeds, sessions=1, runs=3)
+    assert len(cells) == len(timeline.RANGES) and all(c > 0 for c in cells[:3])
+    assert math.isnan(cells[3]) and math.isnan(cells[4])
