@@ -379,9 +379,10 @@ def work(nodes: Sequence[onnx.NodeProto], dims: Dims) -> int | None:
         if node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm") and \
                 node.domain in ("", "ai.onnx"):
             factor = _reduction(node, read)
-            if factor is None:
+            made = dims.get(node.output[0]) if node.output and node.output[0] else None
+            if factor is None or made is None:
                 return None
-            total += factor * math.prod(dims[node.output[0]])  # type: ignore[arg-type]
+            total += factor * math.prod(made)  # type: ignore[arg-type]
     return total
 
 

@@ -209,7 +209,9 @@ class SplitRun:
         :meth:`fits` (``fits``: the caller asked) skips it."""
         started = time.time_ns() if self.profile is not None else 0
         steps = self.steps
-        if fits and self._checked_here and (run_options is None or not run_options.terminate):
+        if fits and self._checked_here and (run_options is None or isinstance(
+                run_options, ort.RunOptions) and not run_options.terminate):  # else onnxruntime
+            # raises: its terminate error, or its TypeError for what is no RunOptions
             values: dict[str, Any] = {**input_feed, **self._constants}
             steps = steps[1:]
         else:

@@ -105,6 +105,9 @@ def test_the_terminate_flag_stops_the_run_as_in_onnxruntime():
                lambda: reference.run(None, FEED, options))
     options.terminate = False
     _same(session.run(None, FEED, options), reference.run(None, FEED, options))
+    for not_options in ({}, "terminate"):  # onnxruntime's TypeError, not an AttributeError
+        _raises_as(lambda: session.run(None, FEED, not_options),  # noqa: B023 - at once
+                   lambda: reference.run(None, FEED, not_options))  # noqa: B023
 
 
 def test_a_float16_model():

@@ -672,6 +672,9 @@ def test_work_counts_multiply_adds_and_values_written():
     assert plan.work([conv], {**dims, "F": (None, 4, 6, 6)}) is None
     assert plan.work([matmul], {**dims, "M": (None, 5)}) is None
     assert plan.work([], dims) == 0
+    unnamed = helper.make_node("Conv", ["X", "W"], [""])  # a crafted node: no known output
+    assert plan.work([unnamed], dims) is None
+    assert plan.work([helper.make_node("MatMul", ["F", "M"], [])], dims) is None
 
 
 @pytest.mark.parametrize("work, threads, want", [
