@@ -53,3 +53,13 @@ def schemas() -> None:
     operators); a module asks for it with ``pytestmark = pytest.mark.usefixtures("schemas")``."""
     import dml_onnx
     dml_onnx.register_schemas()
+
+
+@pytest.fixture(autouse=True)
+def split_wherever_it_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' models run split wherever split execution applies: they are small, and would
+    otherwise run as one session (:func:`dml_onnx.runtime.plan.split_pays`); the choice itself
+    is tested where a test sets the limits back (``tests/runtime/test_split_execution.py``)."""
+    from dml_onnx.runtime import plan
+    monkeypatch.setattr(plan, "ONE_SESSION_COPIES", -1)
+    monkeypatch.setattr(plan, "ONE_SESSION_WEIGHTS", -1)

@@ -361,6 +361,49 @@ class _Wiring:
                        work=work)
 
 
+ONE_SESSION_COPIES = 16 << 20
+"""Where a model's kernels read and write at most this many bytes of values between standard
+nodes in a run, it runs as one onnxruntime session of PyOps (:func:`split_pays`): their copies
+cost less than the split run's sessions. On the 16-core server at 16 threads (runs 3-10 of new
+sessions, ms, stock / split / one session): the LPPool CNN at batch 1 (4 MB copied) 6.07 /
+6.35 / 4.22, the Unfold/Fold chain 1.37 / 1.17 / 1.10, the RoiAlign1 chain 1.67 / 1.65 / 1.44;
+each of the split run's segments is a session with a pool of its own, which wakes for each of
+its runs and takes 10-20 runs to reach its steady time (``benchmarks/results/graphs_server.md``).
+A detector's poolers copy 22 MB of maps each and write up to 50 MB: those run split."""
+
+ONE_SESSION_WEIGHTS = 16 << 20
+"""Where the copies' sizes are not known before the run (a dimension that is not a fixed
+number), a model with at most this many bytes of weights runs as one session: the two
+detectors (160-170 MB) run split, graphs of a few small layers as one session."""
+
+
+def split_pays(model: onnx.ModelProto, steps: Sequence[Segment | Kernel | HostNode],
+               elem_types: Mapping[str, int], dims: Dims, weight_bytes: int) -> bool:
+    """Whether ``model`` runs better as its split ``steps`` than as one onnxruntime session of
+    PyOps, which copies what a kernel reads and writes inside the session: where ``dml_onnx``
+    nodes alone make the model (no PyOp call, some 13 µs a node), or its kernels copy more than
+    :data:`ONE_SESSION_COPIES` bytes a run (from the inferred ``dims`` and ``elem_types``; the
+    graph's inputs and outputs are passed outside the session either way), or, where those
+    sizes are not known, its weights (``weight_bytes``) are over :data:`ONE_SESSION_WEIGHTS`."""
+    first = steps[0]
+    if isinstance(first, Segment) and first.checks_only:
+        return True
+    ends = {value.name for value in (*model.graph.input, *model.graph.output)}
+    copied = 0
+    for step in steps:
+        if not isinstance(step, Kernel):
+            continue
+        for name in (*step.inputs, *step.node.output):
+            if not name or name in ends:
+                continue
+            shape = dims.get(name)
+            if shape is None or None in shape:
+                return weight_bytes > ONE_SESSION_WEIGHTS
+            copied += math.prod(shape) * np.dtype(  # type: ignore[arg-type]
+                helper.tensor_dtype_to_np_dtype(elem_types[name])).itemsize
+    return copied > ONE_SESSION_COPIES
+
+
 def work(nodes: Sequence[onnx.NodeProto], dims: Dims) -> int | None:
     """What ``nodes`` compute, in multiply-adds (a ``Conv``, ``ConvTranspose``, ``MatMul`` or
     ``Gemm``) and values written (every node), from their inferred ``dims``; ``None`` where a

@@ -32,6 +32,7 @@ from dml_onnx.runtime.checks import plain, refuse_as_onnxruntime, unusual_feed
 from dml_onnx.runtime.hook import call_state, take_error
 from dml_onnx.runtime.io_binding import IOBinding, ort_value
 from dml_onnx.runtime.options import no_spinning, quiet_session_options, register_extensions_library
+from dml_onnx.runtime.plan import split_pays
 from dml_onnx.runtime.prepare import Prepared, prepared
 from dml_onnx.runtime.private_api import session_run
 from dml_onnx.runtime.rewrite import runtime_model
@@ -97,7 +98,7 @@ class InferenceSession(ort.InferenceSession):
                             split_it=sess_options is None  # one writes one optimized model
                             or not sess_options.optimized_model_filepath)
         try:
-            model, weights, (elem_types, _, steps) = read_without_weights(
+            model, weights, (elem_types, dims, steps) = read_without_weights(
                 path_or_bytes, prepare, absent_left=sess_options is not None)  # the options
             # may hold those values
         except (OSError, ValueError, TypeError) as error:
@@ -109,6 +110,9 @@ class InferenceSession(ort.InferenceSession):
         self._threads = 0 if sess_options is None else sess_options.intra_op_num_threads  # 0: all
         self._split: SplitRun | None = None
         self._outputs: list[Any] | None = None  # get_outputs(), described on its first call
+        if steps is not None and not split_pays(model, steps, elem_types, dims, sum(
+                array.nbytes for array in weights.values())):
+            steps = None  # small values: one session (see split_pays)
         kernels = [node for node in model.graph.node if node.domain == DOMAIN]
         self._model = model if kernels else None  # weights stubbed: for get_outputs()
         if steps is not None:

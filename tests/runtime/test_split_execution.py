@@ -686,3 +686,54 @@ def test_segment_threads(work, threads, want, monkeypatch):
                         raising=False)
     assert segments.segment_threads(work, threads) == want
     assert segments.segment_threads(segments.SEGMENT_GRAIN * 8, 0) == 0  # every core
+
+
+
+def _conv_pool_weighty(shape, channels=8):
+    """``Conv (3 -> channels, 15x15, pad 7) -> LpPooling -> Relu``: a weight large enough to be
+    held apart from the model (the session's weights)."""
+    weight = np.ones((channels, 3, 15, 15), np.float32) / 675
+    return dml_onnx.make_model(
+        [helper.make_node("Conv", ["X", "W"], ["F"], pads=[7, 7, 7, 7]),
+         dml_onnx.lp_pooling("F", "P", **POOL), helper.make_node("Relu", ["P"], ["Y"])],
+        [_value("X", shape=shape)], [_value("Y")],
+        initializers=[numpy_helper.from_array(weight, "W")])
+
+
+@pytest.mark.parametrize("own_options", [False, True])
+def test_a_model_runs_as_one_session_where_its_kernels_copy_little(own_options, monkeypatch):
+    """Split execution pays for its sessions where the PyOps would copy more than
+    ``ONE_SESSION_COPIES`` bytes a run, or, where those sizes are unknown, the weights are over
+    ``ONE_SESSION_WEIGHTS``; ``dml_onnx`` nodes alone always run split. Either way the
+    results are the one-session route's."""
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    copied = 2 * 8 * 8 * 8 * 4  # F into the LpPooling, P out of it: float32 [1, 8, 8, 8]
+    weight_bytes = 8 * 3 * 15 * 15 * 4
+
+    def route(copies, weights, model):
+        monkeypatch.setattr(plan, "ONE_SESSION_COPIES", copies)
+        monkeypatch.setattr(plan, "ONE_SESSION_WEIGHTS", weights)
+        session = dml_onnx.InferenceSession(model, ort.SessionOptions() if own_options else None)
+        if model.graph.node[0].domain != dml_onnx.DOMAIN:
+            np.testing.assert_array_equal(session.run(None, {"X": x})[0],
+                                          _one_session(model, {"X": x})[0])
+        return "split" if session._split is not None else "one"
+
+    known, unknown = _conv_pool_weighty([1, 3, 8, 8]), _conv_pool_weighty(None)
+    assert route(copied, -1, known) == "one"
+    assert route(copied - 1, 1 << 40, known) == "split"  # the weights do not count
+    assert route(0, weight_bytes, unknown) == "one"
+    assert route(1 << 40, weight_bytes - 1, unknown) == "split"
+    assert route(1 << 40, 1 << 40, kernels_only_model()) == "split"
+
+
+def test_small_graphs_run_as_one_session_and_detectors_split(python_child):
+    """As shipped (a fresh process): a small layer with its input's shape unknown runs as one
+    session, the same layer with weights of a detector's size (17 MB) splits."""
+    done = python_child("""
+        import dml_onnx
+        from tests.runtime.test_split_execution import _conv_pool_weighty
+        for channels in (8, 6400):
+            print(dml_onnx.InferenceSession(_conv_pool_weighty(None, channels))._split is None)
+    """)
+    assert done.stdout.split() == ["True", "False"], done.stderr
