@@ -6,9 +6,12 @@ imports the other), and the block counts and read extents the kernels plan with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from ._checks import KernelError, _count_phrase, check_ints
 
@@ -104,6 +107,19 @@ def tap_ranges(g: WindowGeometry, spatial: Sequence[int]) -> tuple[range, ...]:
         stop = min(w, (a + size - 1) // d + 1) if size else 0
         ranges.append(range(first, max(first, stop)))
     return tuple(ranges)
+
+
+@lru_cache(maxsize=256)
+def loop_tables(g: WindowGeometry, spatial: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """The geometry arguments of the compiled Fold and Unfold loops
+    (:mod:`dml_onnx._kernels._fold_loops`, :mod:`dml_onnx._kernels._unfold_loops`) for an
+    image of ``spatial`` sizes: every tap's offsets ``[taps, k]`` (``tap * dilation -
+    start``), then blocks, strides, the sizes and row-major pitches per axis."""
+    taps = np.indices(g.window.sizes).reshape(g.k, -1).T
+    offsets = taps * np.array(g.window.dilations) - np.array(g.window.start)
+    pitch = [math.prod(spatial[d + 1:]) for d in range(g.k)]
+    return tuple(np.ascontiguousarray(a, dtype=np.int64)
+                 for a in (offsets, g.blocks, g.window.strides, spatial, pitch))
 
 
 def read_extent(g: WindowGeometry, spatial: Sequence[int]) -> tuple[tuple[int, ...], bool]:

@@ -34,7 +34,7 @@ import numpy as np
 from ._buffers import empty
 from ._checks import KernelError, check_ints, check_rank, takes_attributes
 from ._threads import LayoutMemo, bands, compiled, run_bands
-from ._window import WindowGeometry, as_key, window_attributes, window_geometry
+from ._window import WindowGeometry, as_key, loop_tables, window_attributes, window_geometry
 
 OP = "Fold"
 
@@ -47,7 +47,7 @@ def _geometry(node: str, window_sizes: tuple[int, ...], strides: tuple[int, ...]
     """Check the attributes; the window geometry over ``output_size``, ``output_size``, and
     whether a dilation is 0 (the output is then all zeros).
 
-    Cheap, unlike :func:`_loop_tables` (one entry per window tap): attribute checks use this
+    Cheap, unlike :func:`loop_tables` (one entry per window tap): attribute checks use this
     alone. Cached (invalid attributes raise every time).
     """
     window, _, dilations, _, _ = window_attributes(OP, node, window_sizes, strides, dilations,
@@ -85,7 +85,7 @@ def prepare(*, node: str = "", window_sizes: Sequence[int], strides: Sequence[in
     1 over ``output_size``): ``run(X) -> Y``."""
     geometry, output, zeros = _geometry(node, *map(as_key, (
         window_sizes, strides, dilations, start_padding, end_padding, output_size)))
-    tables = functools.cache(lambda: _loop_tables(geometry, output))  # for the first data
+    tables = functools.cache(lambda: loop_tables(geometry, output))  # for the first data
     return functools.partial(_run, node, geometry, output, zeros, tables, LayoutMemo())
 
 
@@ -110,17 +110,6 @@ def _run(node: str, geometry: WindowGeometry, output: tuple[int, ...], zeros: bo
     elif Y.size:  # then X is not empty either: it holds at least one tap and block per plane
         _fold(np.ascontiguousarray(X).reshape(n * c, taps, length), Y, tables())
     return Y.reshape(n, c, *output)
-
-
-@lru_cache(maxsize=256)
-def _loop_tables(g: WindowGeometry, output: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """The geometry arguments of :func:`dml_onnx._kernels._fold_loops.fold_planes`: every tap's
-    offsets ``[taps, k]``, then blocks, strides, output and row-major pitches per axis."""
-    taps = np.indices(g.window.sizes).reshape(g.k, -1).T
-    offsets = taps * np.array(g.window.dilations) - np.array(g.window.start)
-    pitch = [math.prod(output[d + 1:]) for d in range(g.k)]
-    return tuple(np.ascontiguousarray(a, dtype=np.int64)
-                 for a in (offsets, g.blocks, g.window.strides, output, pitch))
 
 
 def _fold(planes: np.ndarray, Y: np.ndarray, tables: tuple[np.ndarray, ...]) -> None:

@@ -405,3 +405,57 @@ def test_fold_dilation_zero_gives_zeros(dtype, dilations):
     assert not got.any() and not np.signbit(got).any()
     np.testing.assert_array_equal(got, fold_reference(y, **attrs(w, s, dilations, a, e),
                                                       output_size=list(out)))
+
+
+@pytest.fixture
+def every_unfold_compiled(monkeypatch):
+    """Every Unfold through the compiled loop: none small enough for the cached gather."""
+    from dml_onnx._kernels import unfold as module
+    monkeypatch.setattr(module, "SMALL", -1)
+    module._plan.cache_clear()
+    yield
+    module._plan.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_unfold_compiled_loop_matches_loop_reference(case, dtype, every_unfold_compiled):
+    """The compiled loop copies bits of each width (k = 1..6, strides, dilations, padding,
+    blocks reading padding only) as the plain-loop reference reads them."""
+    spatial, w, s, d, a, e = case
+    x = random_array(np.random.default_rng(12), (2, 3, *spatial), dtype)
+    got = unfold(x, **attrs(w, s, d, a, e))
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, unfold_reference(x, **attrs(w, s, d, a, e)))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(geometry=geometries(), n=st.integers(1, 2), c=st.integers(1, 2),
+       dtype=st.sampled_from([np.int64, np.float32, np.uint16, np.bool_]))
+def test_unfold_compiled_loop_property(geometry, n, c, dtype):
+    from dml_onnx._kernels import unfold as module
+    spatial, w, s, d, a, e = geometry
+    x = random_array(np.random.default_rng(len(spatial) * 5 + sum(spatial)), (n, c, *spatial),
+                     dtype)
+    small, module.SMALL = module.SMALL, -1
+    module._plan.cache_clear()
+    try:
+        got = unfold(x, **attrs(w, s, d, a, e))
+    finally:
+        module.SMALL = small
+        module._plan.cache_clear()
+    np.testing.assert_array_equal(got, unfold_reference(x, **attrs(w, s, d, a, e)))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_unfold_of_many_planes_over_threads_matches_the_reference(threads, monkeypatch):
+    """Bands of planes over threads (the compiled driver, or one band) give the same copy."""
+    from dml_onnx._kernels import _threads
+    monkeypatch.setattr(_threads, "THREADS", max(threads, _threads.THREADS))
+    token = _threads.thread_limit.set(threads)
+    try:
+        x = np.random.default_rng(13).standard_normal((2, 8, 80, 74)).astype(np.float32)
+        kw = attrs((3, 2), (2, 1), (1, 2), (1, 0), (2, 1))
+        np.testing.assert_array_equal(unfold(x, **kw), unfold_reference(x, **kw))
+    finally:
+        _threads.thread_limit.reset(token)
