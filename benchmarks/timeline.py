@@ -1,14 +1,15 @@
 """The first runs of new sessions: each run's time, for the graphs of ``benchmarks/graphs.py``.
 
     taskset -c 0-15 python -m benchmarks.timeline --threads 16 [--torch] [--only NAME]
-        [--segment-threads auto,16,4,1] [--sessions 3] [--runs 40]
+        [--segment-threads auto,one,16,4,1] [--sessions 3] [--runs 40]
 
 ``graphs.py`` times runs 3-10 of new sessions; this shows where those stand. Per graph and
 side, ``--sessions`` new sessions of ``--threads`` intra-op threads each run ``--runs`` times,
 and the table gives the median of the runs in each range (run 1, run 2, runs 3-10, 11-20, and
-21 on), in ms. Sides: the stock model in plain onnxruntime, ours as shipped ("auto": each
-segment's threads sized by its work), and ours with every segment created at N threads (N of
-``--segment-threads``; the kernels keep ``--threads``). Pin the process to the cores
+21 on), in ms. Sides: the stock model in plain onnxruntime, ours as shipped ("auto": one
+session or split, each segment's threads sized by its work), ours as one session ("one"), and
+ours split with every segment created at N threads (N of ``--segment-threads``; the kernels
+keep ``--threads``). Pin the process to the cores
 yourself (``taskset``); ``--torch`` imports torch first, as a conversion script would.
 """
 
@@ -56,7 +57,7 @@ def sides(stock: bytes, ours: bytes, threads: int, segment_threads: Sequence[str
     import onnxruntime as ort
 
     import dml_onnx
-    from dml_onnx.runtime import segments
+    from dml_onnx.runtime import plan, segments
 
     def options() -> ort.SessionOptions:
         chosen = ort.SessionOptions()
@@ -64,21 +65,26 @@ def sides(stock: bytes, ours: bytes, threads: int, segment_threads: Sequence[str
         return chosen
 
     sized = segments.segment_threads
+    limits = plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS
 
     def ours_at(count: str) -> Callable[[], Any]:
         def make() -> Any:
-            if count != "auto":  # every segment at that count while the session is made
+            if count == "one":  # one session whatever the sizes
+                plan.ONE_SESSION_COPIES = plan.ONE_SESSION_WEIGHTS = 1 << 62
+            elif count != "auto":  # split, every segment at that count while it is made
+                plan.ONE_SESSION_COPIES = plan.ONE_SESSION_WEIGHTS = -1
                 segments.segment_threads = lambda work, allowed: int(count)  # type: ignore
             try:
                 return dml_onnx.InferenceSession(ours, options())
             finally:
                 segments.segment_threads = sized
+                plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS = limits
         return make
 
     return {"stock": lambda: ort.InferenceSession(stock, options(),
                                                   providers=["CPUExecutionProvider"]),
-            **{("ours" if count == "auto" else f"ours, segments at {count}"): ours_at(count)
-               for count in segment_threads}}
+            **{{"auto": "ours", "one": "ours, one session"}.get(
+                count, f"ours, segments at {count}"): ours_at(count) for count in segment_threads}}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -87,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--torch", action="store_true", help="import torch first")
     parser.add_argument("--only", default="", help="the graphs whose name has this (A|B|...)")
     parser.add_argument("--segment-threads", default="auto",
-                        help="our sides: auto (as shipped) and segment thread counts")
+                        help="our sides: auto (as shipped), one (one session) and thread "
+                        "counts (split, every segment at that count)")
     parser.add_argument("--sessions", type=int, default=3, help="new sessions per side")
     parser.add_argument("--runs", type=int, default=40, help="runs per session")
     args = parser.parse_args(argv)

@@ -175,13 +175,19 @@ def test_alternating_rounds_time_each_side_in_turn_on_new_sessions(monkeypatch):
 
 
 def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypatch):
-    """benchmarks/timeline.py: a side "segments at N" creates every segment at N intra-op
-    threads while its session is made, and the sizing is the shipped one again after."""
+    """benchmarks/timeline.py: a side "segments at N" runs split with every segment at N
+    intra-op threads, "one session" as one session, whatever the model's sizes; the route and
+    the sizing are the shipped ones again after."""
     from dml_onnx.runtime import segments
 
+    from dml_onnx.runtime import plan
+
     stock, ours, feeds = graphs._chain_model("roi_align")
-    made = timeline.sides(stock, ours, 4, ["auto", "1"])
-    assert list(made) == ["stock", "ours", "ours, segments at 1"]
+    made = timeline.sides(stock, ours, 4, ["auto", "1", "one"])
+    assert list(made) == ["stock", "ours", "ours, segments at 1", "ours, one session"]
+    limits = plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS
+    assert made["ours, one session"]()._split is None  # where the suite's limits split it
+    assert (plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS) == limits
     at_one = made["ours, segments at 1"]()
     assert {s._sess.session_options.intra_op_num_threads for s in at_one._split.sessions} == {1}
     assert segments.segment_threads(None, 4) == 4
