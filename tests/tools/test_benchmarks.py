@@ -178,16 +178,14 @@ def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypa
     """benchmarks/timeline.py: a side "segments at N" runs split with every segment at N
     intra-op threads, "one session" as one session, whatever the model's sizes; the route and
     the sizing are the shipped ones again after."""
-    from dml_onnx.runtime import segments
-
-    from dml_onnx.runtime import plan
+    from dml_onnx.runtime import plan, segments
 
     stock, ours, feeds = graphs._chain_model("roi_align")
     made = timeline.sides(stock, ours, 4, ["auto", "1", "one"])
     assert list(made) == ["stock", "ours", "ours, segments at 1", "ours, one session"]
     limits = plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS
     assert made["ours, one session"]()._split is None  # where the suite's limits split it
-    assert (plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS) == limits
+    assert limits == (plan.ONE_SESSION_COPIES, plan.ONE_SESSION_WEIGHTS)
     at_one = made["ours, segments at 1"]()
     assert {s._sess.session_options.intra_op_num_threads for s in at_one._split.sessions} == {1}
     assert segments.segment_threads(None, 4) == 4
