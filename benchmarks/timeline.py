@@ -1,7 +1,7 @@
 """The first runs of new sessions: each run's time, for the graphs of ``benchmarks/graphs.py``.
 
     taskset -c 0-15 python -m benchmarks.timeline --threads 16 [--torch] [--only NAME]
-        [--segment-threads auto,one,16,4,1] [--sessions 3] [--runs 40]
+        [--segment-threads auto,one,16,4,1] [--grain-factors 4,16] [--sessions 3] [--runs 40]
 
 ``graphs.py`` times runs 3-10 of new sessions; this shows where those stand. Per graph and
 side, ``--sessions`` new sessions of ``--threads`` intra-op threads each run ``--runs`` times,
@@ -9,19 +9,22 @@ and the table gives the median of the runs in each range (run 1, run 2, runs 3-1
 21 on), in ms. Sides: the stock model in plain onnxruntime, ours as shipped ("auto": one
 session or split, each segment's threads sized by its work), ours as one session ("one"), and
 ours split with every segment created at N threads (N of ``--segment-threads``; the kernels
-keep ``--threads``). Pin the process to the cores
-yourself (``taskset``); ``--torch`` imports torch first, as a conversion script would.
+keep ``--threads``), and ours as shipped with the kernels' grain (the values a kernel call
+reads per thread before it splits over the threads) times each of ``--grain-factors``. Pin the
+process to the cores yourself (``taskset``); ``--torch`` imports torch first, as a conversion
+script would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,20 @@ def sides(stock: bytes, ours: bytes, threads: int, segment_threads: Sequence[str
                 count, f"ours, segments at {count}"): ours_at(count) for count in segment_threads}}
 
 
+@contextlib.contextmanager
+def kernel_grain(factor: int) -> Iterator[None]:
+    """The kernels' :data:`~dml_onnx._kernels._threads.GRAIN` (values read per thread before
+    a call splits over the threads) times ``factor`` while the block runs."""
+    from dml_onnx._kernels import _threads
+
+    grain = _threads.GRAIN
+    _threads.GRAIN = grain * factor
+    try:
+        yield
+    finally:
+        _threads.GRAIN = grain
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, required=True, help="intra-op threads")
@@ -97,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "counts (split, every segment at that count)")
     parser.add_argument("--sessions", type=int, default=3, help="new sessions per side")
     parser.add_argument("--runs", type=int, default=40, help="runs per session")
+    parser.add_argument("--grain-factors", default="",
+                        help="more sides: ours as shipped with the kernels' GRAIN times each")
     args = parser.parse_args(argv)
     if args.torch:
         import torch  # noqa: F401 - loaded first, as in a conversion script
@@ -113,9 +132,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             with np.load(Path(folder) / f"{k}.npz") as saved:
                 stock, ours = saved["stock"].tobytes(), saved["ours"].tobytes()
                 feeds = {n[5:]: saved[n] for n in saved.files if n.startswith("feed_")}
-            for side, make in sides(stock, ours, args.threads,
-                                    args.segment_threads.split(",")).items():
-                cells = per_run_ms(make, feeds, args.sessions, args.runs)
+            made = [(side, make, 1) for side, make in sides(
+                stock, ours, args.threads, args.segment_threads.split(",")).items()]
+            shipped = sides(stock, ours, args.threads, ["auto"])["ours"]
+            made += [(f"ours, grain x{f}", shipped, int(f))
+                     for f in args.grain_factors.split(",") if f]
+            for side, make, factor in made:
+                with kernel_grain(factor):
+                    cells = per_run_ms(make, feeds, args.sessions, args.runs)
                 print(f"| {name} | {'yes' if args.torch else 'no'} | {side} | "
                       + " | ".join(f"{c:.2f}" for c in cells) + " |", flush=True)
 

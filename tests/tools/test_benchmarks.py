@@ -189,6 +189,12 @@ def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypa
     at_one = made["ours, segments at 1"]()
     assert {s._sess.session_options.intra_op_num_threads for s in at_one._split.sessions} == {1}
     assert segments.segment_threads(None, 4) == 4
+    from dml_onnx._kernels import _threads
+    grain = _threads.GRAIN
+    with pytest.raises(RuntimeError), timeline.kernel_grain(4):
+        assert 4 * grain == _threads.GRAIN
+        raise RuntimeError
+    assert grain == _threads.GRAIN
     shipped = made["ours"]()
     assert {s._sess.session_options.intra_op_num_threads
             for s in shipped._split.sessions} == {2, 4}  # sized by work, and unknown work
