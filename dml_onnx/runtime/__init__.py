@@ -31,9 +31,11 @@ except for the operators in :data:`FLOAT16_KERNELS`, which take float16 as it is
 their inputs of that type are direct.
 
 Where a ``dml_onnx`` node reads or writes a value between standard nodes, even the direct
-rewrite would copy it; :class:`InferenceSession` then runs the model split instead
+rewrite would copy it; where those values are large (:func:`~dml_onnx.runtime.plan.split_pays`:
+a detector's maps and pooled regions), :class:`InferenceSession` runs the model split instead
 (:mod:`~dml_onnx.runtime.plan`, :mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over
-the standard nodes and the kernels between them, on arrays passed without copies.
+the standard nodes and the kernels between them, on arrays passed without copies. Small
+values are copied: each segment would be a session with a thread pool of its own.
 
 The package, in the order a model goes through :class:`InferenceSession`
 (:mod:`~dml_onnx.runtime.session`, which drives the stages):

@@ -94,7 +94,8 @@ def split(model: onnx.ModelProto, elem_types: dict[str, int], dims: Dims
     onnxruntime makes of no string array), a graph output is no node's (onnxruntime refuses
     the model), the nodes are not in topological order, or a value
     between steps is not a tensor of a known element type. Where kernels run first, a first
-    segment of one ``Size`` node checks the feed."""
+    segment of one ``Size`` node checks the feed. Whether the steps pay for their sessions
+    is :func:`split_pays`'s to say, per session (the kept steps know no weights' sizes)."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input]

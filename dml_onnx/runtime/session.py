@@ -59,8 +59,9 @@ class InferenceSession(ort.InferenceSession):
     operator, node, field and value; the session keeps working. Its
     ``intra_op_num_threads``, when set, also limits the threads of our kernels.
 
-    Where a ``dml_onnx`` node reads or writes a value between standard nodes, or the model
-    has no other nodes, it runs split (:mod:`~dml_onnx.runtime.plan`,
+    Where a ``dml_onnx`` node reads or writes a value between standard nodes and those values
+    are large (:func:`~dml_onnx.runtime.plan.split_pays`), or the model has no other nodes, it
+    runs split (:mod:`~dml_onnx.runtime.plan`,
     :mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes (for
     ``dml_onnx`` nodes alone, one that checks the feed, skipped for a plain one), the kernels
     between them, ``sess_options`` given ``session.force_spinning_stop`` "1" unless set
