@@ -22,7 +22,8 @@ def _unfold_plane(x, y, offsets, blocks, strides, size, pitch, lead_index):
     Tap ``t`` (row-major over the window) and block ``b`` (row-major over the block grid
     ``blocks``): ``y[t, b]`` is the value at ``p_d = b_d * strides[d] + offsets[t, d]`` where
     every ``p_d`` lies in ``[0, size[d])``, else 0 (padding). Each tap's values go one line of
-    the block grid along the last axis at a time, its in-bounds run found beforehand."""
+    the block grid along the last axis at a time, its in-bounds run found beforehand; the
+    lines of rows that read only padding are zeroed as one run."""
     k = blocks.size
     last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], size[k - 1]
     rows, row_stride, row_pitch, row_size = 1, 1, 0, 1
@@ -47,12 +48,15 @@ def _unfold_plane(x, y, offsets, blocks, strides, size, pitch, lead_index):
                     inside = False
                     break
                 base += p * pitch[d]
-            for row in range(rows):
-                target = (group * rows + row) * last_blocks
-                if not inside or row < first_row or row >= stop_row:
-                    for i in range(last_blocks):
-                        line[np.uint64(target + i)] = 0
-                    continue
+            lines = group * rows * last_blocks  # this group's first line of blocks
+            first = min(first_row, rows) if inside else 0  # its rows that read the image
+            stop = max(first, min(stop_row, rows)) if inside else 0
+            for i in range(lines, lines + first * last_blocks):  # the others read padding
+                line[np.uint64(i)] = 0
+            for i in range(lines + stop * last_blocks, lines + rows * last_blocks):
+                line[np.uint64(i)] = 0
+            for row in range(first, stop):
+                target = lines + row * last_blocks
                 for i in range(lo):
                     line[np.uint64(target + i)] = 0
                 start = base + (row * row_stride + row_shift) * row_pitch

@@ -12,9 +12,9 @@ axes and asymmetric padding. Every ONNX numeric type and bool; values are copied
 
 The kernel copies each plane's window values in a compiled loop, as bits, planes split over
 threads (:mod:`dml_onnx._kernels._unfold_loops`, Fold's adjoint; on one core of the 2-core
-machine a strided numpy copy of the blocks took 57-62 us for ``[1, 16, 32, 32]`` with a 3x3
-window, its inner runs 32 values long, the loop 48 us; ``[8, 64, 56, 56]`` 10.3-11.7 -> 7.7-8.7
-ms, and 6.0-6.9 -> 2.4-3.0 ms on both cores).
+machine, side by side, a strided numpy copy of the blocks took 62-79 us for ``[1, 16, 32, 32]``
+with a 3x3 window, its inner runs 32 values long, the loop 53-54 us; ``[8, 64, 56, 56]``
+11.2-12.3 -> 9.6-9.9 ms, and 5.1-6.7 -> 2.5-2.8 ms on both cores).
 Outputs of up to :data:`SMALL` elements are instead one gather of ``X``'s values by an index
 cached per shape and attributes (a strided copy of the positions themselves, made once). The
 window geometry, which Fold shares, is in :mod:`dml_onnx._kernels._window`.
