@@ -12,6 +12,7 @@ from numba import prange
 
 from ._half_float_loops import narrowed, summand
 from ._jit import jit, parallel_jit
+from ._window_loops import leading_offset, line_axes, next_group, tap_runs
 
 
 @jit
@@ -32,35 +33,21 @@ def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
     in block order: one run per line of the block grid along the last axis, the lines of each
     row range along the second-last axis clipped to the output beforehand.
     """
-    k = blocks.size
-    last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], output[k - 1]
-    # the second-last axis (rows of lines), read once: stores into y may alias any array
-    rows, row_stride, row_pitch, row_size = 1, 1, 0, 1
-    if k > 1:
-        rows, row_stride, row_pitch, row_size = (blocks[k - 2], strides[k - 2], pitch[k - 2],
-                                                 output[k - 2])
+    last_blocks, last_stride, last_size, rows, row_stride, row_pitch, row_size = line_axes(
+        blocks, strides, output, pitch)  # read once: stores into y may alias any array
     groups = x.shape[1] // last_blocks // rows  # combinations of the leading axes
     y[:] = 0
     for t in range(x.shape[0] - 1, -1, -1):  # ascending blocks (docstring)
         line = x[t]
-        shift = offsets[t, k - 1]
-        lo = max(0, -(shift // last_stride))  # the blocks whose position is >= 0 ...
-        hi = min(last_blocks, -((shift - last_size) // last_stride))  # ... and < size
-        row_shift = offsets[t, k - 2] if k > 1 else 0  # likewise the rows
-        first_row = max(0, -(row_shift // row_stride))
-        stop_row = min(rows, -((row_shift - row_size) // row_stride))
-        if lo >= hi or first_row >= stop_row:
+        shift, lo, hi, row_shift, first_row, stop_row = tap_runs(
+            offsets, t, last_blocks, last_stride, last_size, rows, row_stride, row_size)
+        if lo == hi or first_row == stop_row:
             continue
         lead_index[:] = 0
         for group in range(groups):
-            base, inside = shift + lo * last_stride, True
-            for d in range(k - 2):
-                p = lead_index[d] * strides[d] + offsets[t, d]
-                if p < 0 or p >= output[d]:
-                    inside = False
-                    break
-                base += p * pitch[d]
+            lead, inside = leading_offset(offsets, t, strides, output, pitch, lead_index)
             if inside:  # unsigned indices: no negative-index wrap, vector instructions
+                base = lead + shift + lo * last_stride
                 for row in range(first_row, stop_row):
                     start = base + (row * row_stride + row_shift) * row_pitch
                     source = (group * rows + row) * last_blocks + lo
@@ -71,13 +58,7 @@ def _fold_plane(x, y, offsets, blocks, strides, output, pitch, lead_index):
                         for i in range(hi - lo):
                             y[np.uint64(start + i * last_stride)] += summand(
                                 y, line[np.uint64(source + i)])
-            d = k - 3  # the next group: row-major over the leading axes, no division
-            while d >= 0:
-                lead_index[d] += 1
-                if lead_index[d] < blocks[d]:
-                    break
-                lead_index[d] = 0
-                d -= 1
+            next_group(lead_index, blocks)
 
 
 @jit

@@ -1,5 +1,6 @@
 """The compiled loops of Unfold (specification section 6), by :data:`dml_onnx._kernels._jit.jit`:
-the adjoint of :mod:`dml_onnx._kernels._fold_loops`, a copy of each block's window values.
+the adjoint of :mod:`dml_onnx._kernels._fold_loops`, a copy of each block's window values, over
+the geometry of :mod:`dml_onnx._kernels._window_loops`.
 
 Values are copied as bits (the kernel passes unsigned integers of the element's width), so one
 loop serves every element type of a width.
@@ -11,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from ._jit import jit, parallel_jit
+from ._window_loops import leading_offset, line_axes, next_group, tap_runs
 
 
 @jit
@@ -24,33 +26,20 @@ def _unfold_plane(x, y, offsets, blocks, strides, size, pitch, lead_index):
     every ``p_d`` lies in ``[0, size[d])``, else 0 (padding). Each tap's values go one line of
     the block grid along the last axis at a time, its in-bounds run found beforehand; the
     lines of rows that read only padding are zeroed as one run."""
-    k = blocks.size
-    last_blocks, last_stride, last_size = blocks[k - 1], strides[k - 1], size[k - 1]
-    rows, row_stride, row_pitch, row_size = 1, 1, 0, 1
-    if k > 1:
-        rows, row_stride, row_pitch, row_size = (blocks[k - 2], strides[k - 2], pitch[k - 2],
-                                                 size[k - 2])
+    last_blocks, last_stride, last_size, rows, row_stride, row_pitch, row_size = line_axes(
+        blocks, strides, size, pitch)
     groups = y.shape[1] // last_blocks // rows  # combinations of the leading axes
     for t in range(y.shape[0]):
         line = y[t]
-        shift = offsets[t, k - 1]
-        lo = min(last_blocks, max(0, -(shift // last_stride)))  # blocks whose position >= 0
-        hi = max(lo, min(last_blocks, -((shift - last_size) // last_stride)))  # ... < size
-        row_shift = offsets[t, k - 2] if k > 1 else 0
-        first_row = max(0, -(row_shift // row_stride))
-        stop_row = min(rows, -((row_shift - row_size) // row_stride))
+        shift, lo, hi, row_shift, first_row, stop_row = tap_runs(
+            offsets, t, last_blocks, last_stride, last_size, rows, row_stride, row_size)
         lead_index[:] = 0
         for group in range(groups):
-            base, inside = shift + lo * last_stride, hi > lo
-            for d in range(k - 2):
-                p = lead_index[d] * strides[d] + offsets[t, d]
-                if p < 0 or p >= size[d]:
-                    inside = False
-                    break
-                base += p * pitch[d]
+            lead, inside = leading_offset(offsets, t, strides, size, pitch, lead_index)
+            base = lead + shift + lo * last_stride
             lines = group * rows * last_blocks  # this group's first line of blocks
-            first = min(first_row, rows) if inside else 0  # its rows that read the image
-            stop = max(first, min(stop_row, rows)) if inside else 0
+            first = first_row if inside and hi > lo else 0  # its rows that read the image
+            stop = stop_row if inside and hi > lo else 0
             for i in range(lines, lines + first * last_blocks):  # the others read padding
                 line[np.uint64(i)] = 0
             for i in range(lines + stop * last_blocks, lines + rows * last_blocks):
@@ -69,13 +58,7 @@ def _unfold_plane(x, y, offsets, blocks, strides, size, pitch, lead_index):
                         line[np.uint64(into + i)] = x[np.uint64(start + i * last_stride)]
                 for i in range(hi, last_blocks):
                     line[np.uint64(target + i)] = 0
-            d = k - 3  # the next group: row-major over the leading axes, no division
-            while d >= 0:
-                lead_index[d] += 1
-                if lead_index[d] < blocks[d]:
-                    break
-                lead_index[d] = 0
-                d -= 1
+            next_group(lead_index, blocks)
 
 
 @jit
