@@ -120,24 +120,37 @@ thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("thread_limit
 GRAIN = 1 << 15
 """Values read per thread below which splitting a call over more threads costs more than it
 saves (starting a task takes some 20-50 us)."""
+LAUNCH_GRAINS = 8
+"""A call splits over its threads from ``min(threads, LAUNCH_GRAINS)`` :data:`GRAIN` of work
+on: a compiled launch wakes every thread for some 30-100 us on the 16-core server, not 8
+times what it costs on 2, so that with many threads a call pays for its launch well before
+each thread gets a grain. Measured there at 16 threads, each kernel on its arrays in the
+benchmark graphs: LpPooling of ``[1,16,64,64]`` (14 grains) 0.35-0.55 ms on one thread,
+0.10-0.12 ms on 16; RoiAlign1 of 16 regions on ``[1,32,32,32]`` (16 grains) 0.65-0.73
+against 0.17-0.20 ms; Unfold and Fold of ``[1,16,32,32]`` (4.5 grains), whose values are
+cheap to copy, 51-79 us on one, 66-93 on 16 (in a chain of 8 such nodes an earlier form took
+3.9 ms on 16 threads, 1.2 on one)."""
+
+
+def launch_work(allowed: int) -> int:
+    """The work (values read) from which a call on ``allowed`` threads splits over them."""
+    return min(allowed, LAUNCH_GRAINS) * GRAIN
 
 
 def workers(work: float | None = None) -> int:
     """The threads a kernel called now may use: :data:`THREADS`, or :data:`thread_limit` when
-    it is set and lower; with ``work`` (values read), all of them where each gets a
-    :data:`GRAIN`, else one. Not a number in between: a compiled launch wakes every thread
-    it may use anyway (:func:`._openmp.run_compiled`), and waking sleeping threads costs more than a
-    few grains save (on the 16-core server 8 Unfold and Fold nodes of 5 grains each took 3.9
-    ms in a chain on 16 threads, 1.2 on one)."""
+    it is set and lower; with ``work`` (values read), all of them from :func:`launch_work`
+    on, else one. Not a number in between: a compiled launch wakes every thread it may use
+    anyway (:func:`._openmp.run_compiled`)."""
     allowed = min(THREADS, thread_limit.get() or THREADS)
-    return allowed if work is None or work >= allowed * GRAIN else 1
+    return allowed if work is None or work >= launch_work(allowed) else 1
 
 
 def serial_work() -> float:
     """The most work (values read) that a call now does on the calling thread alone (see
     :func:`workers`); never above :func:`work_limit`, which larger calls check first."""
     allowed = workers()
-    return min(work_limit(), math.inf if allowed == 1 else allowed * GRAIN - 1)
+    return min(work_limit(), math.inf if allowed == 1 else launch_work(allowed) - 1)
 
 
 class LayoutMemo:
