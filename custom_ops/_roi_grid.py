@@ -56,6 +56,13 @@ class Sampling:
     def average(self) -> bool:
         return self.reduction == "average"
 
+    @property
+    def taps(self) -> int:
+        """Values a sample reads (RoiAlign1) or adds to (RoiAlignGrad): its two nested linear
+        interpolations' four, or the nearest pixel's one; a call's work for its threads
+        (:func:`~dml_onnx._kernels._threads.workers`) is its sample reads times this."""
+        return 4 if self.linear else 1
+
     @functools.cached_property
     def scales(self) -> np.ndarray:
         """``[spatial_scale_y, spatial_scale_x]`` (float64; the loops round them to the

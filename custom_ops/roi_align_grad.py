@@ -213,7 +213,7 @@ def _backward(plan: Plan, node: str, Xt: np.ndarray | None, grads: np.ndarray,
         return
     n_images, channels, height, width = dX.shape
     dXt = empty((n_images, height, width, channels), settings.dtype)  # channels-last sums
-    run_bands(bands(n_images * height, plan.work),
+    run_bands(bands(n_images * height, plan.work * sampling.taps),
               lambda start, stop: loops.scatter_rows(grads, plan.batch, plan.first, plan.size,
                                                      plan.n, settings, *flags, winners, start,
                                                      stop, dXt, dX),
