@@ -170,17 +170,20 @@ class LayoutMemo:
 
 
 POOL_GRAINS = 8
-"""A task of :func:`run_parallel` reads at least this many :data:`GRAIN` of values: handing
-one to a thread of the pool takes 0.1-0.2 ms of the interpreter lock on the server (FPN P5's
-32 regions, 1.6 million sample reads, took 1.4 ms on 16 threads, 0.9 on 2)."""
+"""A task of :func:`run_parallel` reads at least this many :data:`GRAIN` of values (of sample
+reads, for the ROI kernels' regions): handing one to a thread of the pool takes 0.1-0.2 ms of
+the interpreter lock on the server (FPN P5's 32 regions, 1.6 million sample reads, took 1.4
+ms on 16 threads, 0.9 on 2)."""
 
 
 def interleaved(count: int, work: float | None = None) -> list[np.ndarray]:
-    """``range(count)`` dealt to one group per worker (see :func:`workers`; at most one per
-    :data:`POOL_GRAINS` grains of ``work``): ``k, k + g, k + 2g, ...``, so that items of
-    different cost mix in every group."""
-    groups = 1 if count <= 1 else min(workers(None if work is None else work / POOL_GRAINS),
-                                      count)
+    """``range(count)`` dealt to one group per worker (see :func:`workers`), where each gets
+    :data:`POOL_GRAINS` grains of ``work`` (else one group; with any number of threads: the
+    pool's cost grows with its tasks): ``k, k + g, k + 2g, ...``, so that items of different
+    cost mix in every group."""
+    allowed = workers()
+    enough = work is None or work >= allowed * POOL_GRAINS * GRAIN
+    groups = min(allowed, count) if count > 1 and enough else 1
     if groups == 1:
         return [np.arange(count)]
     return [np.arange(k, count, groups) for k in range(groups)]
@@ -299,16 +302,18 @@ def run_bands(groups: Sequence[tuple[int, int]], band: Callable[[int, int], None
 
 
 def run_interleaved(count: int, work: float, task: Callable[[np.ndarray], None],
-                    launch: Callable[[int], None]) -> None:
+                    launch: Callable[[int], None], pool_work: float | None = None) -> None:
     """``range(count)`` in interleaved groups (``g, g + groups, ...``, so that items of
     different cost mix in every group): ``launch(groups)``'s compiled driver runs them on
-    threads started from compiled code (:func:`._openmp.run_compiled`), one per :data:`GRAIN` of
-    ``work``; where it cannot, ``task(items)`` runs each group of :func:`interleaved` on the
-    pool."""
+    threads started from compiled code (:func:`._openmp.run_compiled`), as :func:`workers`
+    says for ``work`` (values read); where it cannot, ``task(items)`` runs each group of
+    :func:`interleaved` on the pool, for ``pool_work`` (the work in the units its
+    :data:`POOL_GRAINS` were measured in; ``work`` where not given)."""
     threads = 1 if count <= 1 else min(workers(work), count)
     if threads > 1 and run_compiled(threads, workers(), lambda: launch(threads)):
         return
-    run_parallel([functools.partial(task, items) for items in interleaved(count, work)])
+    run_parallel([functools.partial(task, items)
+                  for items in interleaved(count, work if pool_work is None else pool_work)])
 
 
 def _run_group(tasks: Sequence[Callable[[], None]], start: int, step: int,

@@ -154,7 +154,8 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
                     lambda regions: loop(image, *arguments, regions, settings[X.dtype], *flags,
                                          out),
                     lambda groups: loops.forward_groups(planar, groups, image, *arguments,
-                                                        settings[X.dtype], *flags, out))
+                                                        settings[X.dtype], *flags, out),
+                    pool_work=plan.work)
     return Y
 
 

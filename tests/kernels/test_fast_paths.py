@@ -171,10 +171,11 @@ def test_roi_small_calls_and_threaded_calls_agree(call, dtype, monkeypatch):
     module = sys.modules[run.func.__module__]
     groups = []  # the groups of each split: a launch's, or the pool's
     if hasattr(module, "run_interleaved"):
-        def split(count, work, task, launch):
+        def split(count, work, task, launch, pool_work=None):
             seen = []
             _threads.run_interleaved(count, work, lambda items: (seen.append(1), task(items)),
-                                     lambda threads: (seen.append(threads), launch(threads)))
+                                     lambda threads: (seen.append(threads), launch(threads)),
+                                     pool_work)
             groups.append(sum(seen))
         monkeypatch.setattr(module, "run_interleaved", split)
     else:

@@ -400,3 +400,28 @@ def test_a_call_uses_every_thread_it_may_or_one(allowed, work, want, monkeypatch
     assert _threads.workers(work) == want
     serial = math.inf if allowed == 1 else min(allowed, 8) * 32768 - 1
     assert _threads.serial_work() == min(serial, _threads.work_limit())
+
+
+@pytest.mark.parametrize("allowed, work, want", [
+    (16, 16 * 8 * 32768, 16), (16, 16 * 8 * 32768 - 1, 1), (2, 2 * 8 * 32768, 2),
+    (2, 2 * 8 * 32768 - 1, 1), (4, None, 4), (16, 10**9, 16)])
+def test_the_pool_takes_a_task_only_for_its_grains_on_any_thread_count(allowed, work, want,
+                                                                       monkeypatch):
+    """A task handed to the Python pool costs the interpreter lock, so each group of
+    :func:`interleaved` reads at least ``POOL_GRAINS`` grains, with 16 threads as with 2
+    (unlike a compiled launch, which splits from 8 grains in all with more than 8)."""
+    monkeypatch.setattr(_threads, "THREADS", allowed)
+    assert len(_threads.interleaved(100, work)) == want
+
+
+def test_run_interleaved_sizes_its_pool_groups_by_the_pool_work(monkeypatch):
+    """Where no compiled launch may run, the pool's groups follow ``pool_work`` (the ROI
+    kernels' sample reads), the launch's threads ``work`` (values read)."""
+    monkeypatch.setattr(_threads, "THREADS", 16)
+    monkeypatch.setattr(_threads, "run_compiled", lambda *args: False)
+    work = 16 * 8 * 32768
+    for pool_work, want in ((None, 16), (work // 4, 1)):
+        groups: list[np.ndarray] = []
+        _threads.run_interleaved(64, work, groups.append, lambda threads: None, pool_work)
+        assert len(groups) == want
+        assert sorted(np.concatenate(groups)) == list(range(64))
