@@ -20,7 +20,8 @@ Each core count runs in child processes pinned to that many CPUs (every session 
 intra-op threads), one with torch imported before anything else (``--torch yes``: as in a
 conversion script, torch's GNU OpenMP then loads first) and one without; the models are made
 in another child. Per graph: the median of ``--repeat`` whole runs per side in each of five
-alternating rounds (a new session each, its first two runs untimed). ``--profile`` adds where
+alternating rounds (a new session each, its first two runs untimed), and the least and the
+largest ratio of one round's two medians. ``--profile`` adds where
 our run's time goes, from the split session's trace: the segments' runs, the kernels, and the
 rest (Python between steps). Writes ``graphs.md`` to ``--results`` (default
 ``benchmarks/results``). Needs the ``torch`` extra.
@@ -36,7 +37,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +47,10 @@ from benchmarks.harness import (
     alternating,
     pinned_arguments,
     pinned_child,
+    round_ratios,
     rounds_header,
     run_all_pinned,
+    spread_cell,
     table_head,
     write_results,
 )
@@ -65,6 +68,7 @@ class Result:
     nodes: int = 0
     segments_ms: float = float("nan")  # --profile: the segments' runs, per run
     kernels_ms: float = float("nan")  # the kernels and host nodes
+    round_ratios: list[float] = field(default_factory=list)  # ours / stock, each round
     agrees: str = ""
     error: str = ""
 
@@ -211,9 +215,10 @@ def measure(name: str, stock: bytes, ours: bytes, feeds: dict[str, np.ndarray], 
     def fresh(make: Callable[[ort.SessionOptions], object]) -> Callable[[], object]:
         return lambda: make(options())  # a split session adds its segments' weights to them
 
-    medians, outputs = alternating({side: fresh(make) for side, make in makers.items()},
-                                   feeds, repeat)
+    medians, outputs, rounds = alternating({side: fresh(make) for side, make in makers.items()},
+                                           feeds, repeat)
     result.stock_ms, result.ours_ms = medians["stock"], medians["ours"]
+    result.round_ratios = round_ratios(rounds, "ours", "stock")
     got, want = outputs["ours"][0], outputs["stock"][0]
     result.agrees = ("yes" if got.shape == want.shape and np.allclose(got, want, 1e-3, 1e-3)
                      else f"no: {np.abs(got - want).max() if got.shape == want.shape else 'shape'}")
@@ -251,20 +256,20 @@ def run_here(args: argparse.Namespace, names: Sequence[str], folder: Path) -> li
 
 def table(results: Sequence[Result]) -> str:
     lines = [table_head("graph", "dml_onnx nodes", "cores", "torch imported",
-                        "stock ms", "ours ms", "ours / stock", "segments ms",
+                        "stock ms", "ours ms", "ours / stock", "per round", "segments ms",
                         "kernels ms", "rest ms", "outputs agree",
-                        text=("torch imported", "outputs agree"))]
+                        text=("torch imported", "per round", "outputs agree"))]
     for r in results:
         if r.error:
             lines.append(f"| {r.graph} | | {r.cores} | {'yes' if r.torch else 'no'} | "
-                         f"{r.error} | | | | | | |")
+                         f"{r.error} | | | | | | | |")
             continue
         rest = r.ours_ms - r.segments_ms - r.kernels_ms
         profiled = (f"{r.segments_ms:.2f} | {r.kernels_ms:.2f} | {rest:.2f}"
                     if r.segments_ms == r.segments_ms else "— | — | —")
         lines.append(f"| {r.graph} | {r.nodes} | {r.cores} | {'yes' if r.torch else 'no'} | "
                      f"{r.stock_ms:.2f} | {r.ours_ms:.2f} | {r.ours_ms / r.stock_ms:.2f} | "
-                     f"{profiled} | {r.agrees} |")
+                     f"{spread_cell(r.round_ratios)} | {profiled} | {r.agrees} |")
     return "\n".join(lines)
 
 

@@ -225,24 +225,40 @@ def settle() -> None:
 
 
 def alternating(makers: dict[str, Callable[[], Any]], feeds: dict[str, Any], repeat: int
-                ) -> tuple[dict[str, float], dict[str, list]]:
+                ) -> tuple[dict[str, float], dict[str, list], dict[str, list[float]]]:
     """Each side's median whole run, over :data:`ROUNDS` alternating rounds of ``repeat`` runs
     (a new session of ``makers[side]()`` each, its first :data:`WARM_UP_RUNS` runs untimed), so
-    that a drift of the machine's speed does not fall on one side; and each side's outputs.
+    that a drift of the machine's speed does not fall on one side; each side's outputs; and
+    each side's median run in each round (for :func:`round_ratios`).
     Each side runs alone: its session is gone, and its idle threads with it, before the other
     side starts (a plain session's spinning threads slow whatever runs next)."""
     outputs: dict[str, list] = {}
     samples: dict[str, list[float]] = {side: [] for side in makers}
+    rounds: dict[str, list[float]] = {side: [] for side in makers}
     for _ in range(ROUNDS):
         for side, make in makers.items():
             session = make()
             outputs[side] = session.run(None, feeds)
             for _ in range(WARM_UP_RUNS - 1):
                 session.run(None, feeds)
-            samples[side] += times_ms(functools.partial(session.run, None, feeds), repeat)
+            taken = times_ms(functools.partial(session.run, None, feeds), repeat)
+            samples[side] += taken
+            rounds[side].append(statistics.median(taken))
             del session
             settle()
-    return {side: statistics.median(taken) for side, taken in samples.items()}, outputs
+    return {side: statistics.median(taken) for side, taken in samples.items()}, outputs, rounds
+
+
+def round_ratios(rounds: dict[str, list[float]], side: str, base: str) -> list[float]:
+    """``side`` / ``base`` in each round of :func:`alternating`: the two ran minutes apart at
+    most, so a drift of the machine's speed over a call moves these ratios less than the
+    medians of the whole call (how far they spread says how far to trust a row)."""
+    return [mine / theirs for mine, theirs in zip(rounds[side], rounds[base])]
+
+
+def spread_cell(ratios: Sequence[float]) -> str:
+    """The least and the largest of ``ratios`` as a table cell, ``0.91-1.04``."""
+    return f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "—"
 
 
 def pinned_arguments(parser: argparse.ArgumentParser, what: str, results: str) -> None:
@@ -293,8 +309,8 @@ def rounds_header(title: str, repeat: int, detail: str = "") -> str:
     """A whole-run results file's title and how it was measured (:func:`alternating`)."""
     return (f"# {title}\n\n{platform.machine()}, {os.cpu_count()} cores ({_cpu_name()}); "
             f"onnxruntime {ort.__version__}; {detail}median of {ROUNDS} alternating rounds of "
-            f"{repeat} runs. At k cores every session has k intra-op threads and the process k "
-            f"CPUs.")
+            f"{repeat} runs; per round: the least and the largest ratio of one round's two "
+            f"medians. At k cores every session has k intra-op threads and the process k CPUs.")
 
 
 def table_head(*columns: str, text: Sequence[str] = ()) -> str:

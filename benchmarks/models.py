@@ -12,7 +12,8 @@ runs in a plain ``onnxruntime.InferenceSession``; :func:`dml_onnx.raising.raise_
 ``RoiAlign`` nodes into ``RoiAlign1``, which runs in ``dml_onnx.InferenceSession``. Both get the
 same session options (``intra_op_num_threads`` = the cores). The script checks that the outputs
 agree, then prints per model the median of ``--repeat`` whole runs of each in each of five
-alternating rounds (a new session each, its first two runs untimed), and, from
+alternating rounds (a new session each, its first two runs untimed), the least and the
+largest ratio of one round's two medians, and, from
 onnxruntime's profiler (a second pair of sessions; a split ``dml_onnx`` session's trace
 holds its kernel calls as nodes too), the node time per run summed per op type for the types
 that take the most time: per type the median over ``--repeat`` runs, after two warm-up runs.
@@ -52,9 +53,11 @@ from benchmarks.harness import (
     alternating,
     pinned_arguments,
     pinned_child,
+    round_ratios,
     rounds_header,
     run_all_pinned,
     settle,
+    spread_cell,
     table_head,
     write_results,
 )
@@ -78,6 +81,7 @@ class Result:
     raised_ms: float = float("nan")
     stock_nodes: dict[str, float] = field(default_factory=dict)  # op type -> ms per run
     raised_nodes: dict[str, float] = field(default_factory=dict)
+    round_ratios: list[float] = field(default_factory=list)  # raised / stock, each round
     agrees: str = ""
     raised_count: int = 0
     error: str = ""
@@ -200,9 +204,11 @@ def measure(name: str, stock: bytes, image: np.ndarray, cores: int, repeat: int)
     def ours(options: ort.SessionOptions) -> dml_onnx.InferenceSession:
         return dml_onnx.InferenceSession(raised.model, options)
 
-    medians, outputs = alternating({"stock": lambda: plain(_options(cores)),
-                                    "raised": lambda: ours(_options(cores))}, feeds, repeat)
+    medians, outputs, rounds = alternating({"stock": lambda: plain(_options(cores)),
+                                            "raised": lambda: ours(_options(cores))}, feeds,
+                                           repeat)
     result.stock_ms, result.raised_ms = medians["stock"], medians["raised"]
+    result.round_ratios = round_ratios(rounds, "raised", "stock")
     for side, make in (("stock", plain), ("raised", ours)):
         with tempfile.TemporaryDirectory() as folder:
             nodes = node_times(make, feeds, cores, repeat, folder)
@@ -273,18 +279,19 @@ def _ms(value: float) -> str:
 def table(results: Sequence[Result]) -> str:
     """Whole runs and the ROI nodes' time, one line per model and core count."""
     lines = [table_head("model", "cores", "torch imported", "stock ms", "raised ms",
-                        "raised / stock", "RoiAlign ms (stock)", "RoiAlign1 ms (raised)",
-                        "ROI nodes raised / stock", "outputs agree",
-                        text=("torch imported", "outputs agree"))]
+                        "raised / stock", "per round", "RoiAlign ms (stock)",
+                        "RoiAlign1 ms (raised)", "ROI nodes raised / stock", "outputs agree",
+                        text=("torch imported", "per round", "outputs agree"))]
     for r in results:
         torch = "yes" if r.torch else "no"
         if r.error:
-            lines.append(f"| {r.model} | {r.cores} | {torch} | {r.error} | | | | | | |")
+            lines.append(f"| {r.model} | {r.cores} | {torch} | {r.error} | | | | | | | |")
             continue
         stock_roi = r.stock_nodes.get("RoiAlign", float("nan"))
         ours_roi = r.raised_nodes.get("RoiAlign1", float("nan"))
         lines.append(f"| {r.model} | {r.cores} | {torch} | {_ms(r.stock_ms)} | "
-                     f"{_ms(r.raised_ms)} | {r.raised_ms / r.stock_ms:.2f} | {_ms(stock_roi)} | "
+                     f"{_ms(r.raised_ms)} | {r.raised_ms / r.stock_ms:.2f} | "
+                     f"{spread_cell(r.round_ratios)} | {_ms(stock_roi)} | "
                      f"{_ms(ours_roi)} | {ours_roi / stock_roi:.2f} | {r.agrees} |")
     return "\n".join(lines)
 

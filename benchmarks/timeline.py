@@ -10,7 +10,8 @@ and the table gives the median of the runs in each range (run 1, run 2, runs 3-1
 session or split, each segment's threads sized by its work), ours as one session ("one"), and
 ours split with every segment created at N threads (N of ``--segment-threads``; the kernels
 keep ``--threads``), and ours as shipped with the kernels' grain (the values read per
-thread, of which a call needs one per thread, at most 8, to split over its threads) times
+thread, of which a call needs one per thread, or with more than 8 threads half one, at
+least 8, to split over its threads) times
 each of ``--grain-factors``. Pin the process to the cores yourself (``taskset``);
 ``--torch`` imports torch first, as a conversion script would.
 """
@@ -93,8 +94,8 @@ def sides(stock: bytes, ours: bytes, threads: int, segment_threads: Sequence[str
 @contextlib.contextmanager
 def kernel_grain(factor: int) -> Iterator[None]:
     """The kernels' :data:`~dml_onnx._kernels._threads.GRAIN` (values read per thread, of
-    which a call needs one per thread, at most 8, to split over its threads) times ``factor``
-    while the block runs."""
+    which a call needs one per thread, or with more than 8 threads half one, at least 8, to
+    split over its threads) times ``factor`` while the block runs."""
     from dml_onnx._kernels import _threads
 
     grain = _threads.GRAIN

@@ -121,20 +121,24 @@ GRAIN = 1 << 15
 """Values read per thread below which splitting a call over more threads costs more than it
 saves (starting a task takes some 20-50 us)."""
 LAUNCH_GRAINS = 8
-"""A call splits over its threads from ``min(threads, LAUNCH_GRAINS)`` :data:`GRAIN` of work
-on: a compiled launch wakes every thread for some 30-100 us on the 16-core server, not 8
-times what it costs on 2, so that with many threads a call pays for its launch well before
-each thread gets a grain. Measured there at 16 threads, each kernel on its arrays in the
-benchmark graphs: LpPooling of ``[1,16,64,64]`` (14 grains) 0.35-0.55 ms on one thread,
-0.10-0.12 ms on 16; RoiAlign1 of 16 regions on ``[1,32,32,32]`` (16 grains) 0.65-0.73
+"""A call splits over its threads from :func:`launch_work` on: a grain per thread up to this
+many threads, beyond them half a grain per thread but at least this many grains. A compiled
+launch wakes every thread for some 30-100 us on the 16-core server, not 8 times what it
+costs on 2, so that with many threads a call pays for its launch well before each thread
+gets a grain. Measured there at 16 threads, each kernel on its arrays in the benchmark
+graphs: LpPooling of ``[1,16,64,64]`` (13 grains) 0.35-0.55 ms on one thread, 0.10-0.12 ms
+on 16; RoiAlign1 of 16 regions on ``[1,32,32,32]`` (64 grains of values read) 0.65-0.73
 against 0.17-0.20 ms; Unfold and Fold of ``[1,16,32,32]`` (4.5 grains), whose values are
 cheap to copy, 51-79 us on one, 66-93 on 16 (in a chain of 8 such nodes an earlier form took
-3.9 ms on 16 threads, 1.2 on one)."""
+3.9 ms on 16 threads, 1.2 on one). Above 16 threads (not measured) the split point grows with
+the threads again, as the cost of waking them does."""
 
 
 def launch_work(allowed: int) -> int:
-    """The work (values read) from which a call on ``allowed`` threads splits over them."""
-    return min(allowed, LAUNCH_GRAINS) * GRAIN
+    """The work (values read) from which a call on ``allowed`` threads splits over them:
+    ``allowed`` grains up to :data:`LAUNCH_GRAINS` threads, then ``max(LAUNCH_GRAINS,
+    allowed / 2)`` (8 grains at 16 threads, 32 at 64)."""
+    return min(allowed, max(LAUNCH_GRAINS, allowed // 2)) * GRAIN
 
 
 def workers(work: float | None = None) -> int:

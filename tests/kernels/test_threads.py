@@ -390,15 +390,16 @@ def test_a_child_forked_while_loops_load_loads_them_itself():
 
 
 @pytest.mark.parametrize("allowed, work, want", [
-    (16, 8 * 32768, 16), (16, 8 * 32768 - 1, 1), (16, 5 * 32768, 1), (64, 8 * 32768, 64),
+    (16, 8 * 32768, 16), (16, 8 * 32768 - 1, 1), (16, 5 * 32768, 1), (12, 8 * 32768, 12),
+    (12, 8 * 32768 - 1, 1), (64, 32 * 32768, 64), (64, 32 * 32768 - 1, 1),
     (8, 8 * 32768, 8), (8, 8 * 32768 - 1, 1), (4, 4 * 32768, 4), (4, 4 * 32768 - 1, 1),
     (2, 2 * 32768, 2), (2, 65535, 1), (1, 10**9, 1), (4, None, 4)])
 def test_a_call_uses_every_thread_it_may_or_one(allowed, work, want, monkeypatch):
     """A compiled launch wakes every thread a call may use: a call splits where each of them
-    gets a grain of work, and with more than 8 threads from 8 grains on."""
+    gets a grain of work, and with more than 8 threads from half a grain each, at least 8."""
     monkeypatch.setattr(_threads, "THREADS", allowed)
     assert _threads.workers(work) == want
-    serial = math.inf if allowed == 1 else min(allowed, 8) * 32768 - 1
+    serial = math.inf if allowed == 1 else min(allowed, max(8, allowed // 2)) * 32768 - 1
     assert _threads.serial_work() == min(serial, _threads.work_limit())
 
 

@@ -92,10 +92,12 @@ def test_the_models_script_reports_ratios_failures_and_op_types():
     module = models
     done = module.Result("Mask R-CNN, TorchScript, default threshold", 2, stock_ms=100.0,
                          raised_ms=90.0, stock_nodes={"RoiAlign": 20.0, "Conv": 50.0},
-                         raised_nodes={"RoiAlign1": 5.0, "Conv": 50.0}, agrees="yes")
+                         raised_nodes={"RoiAlign1": 5.0, "Conv": 50.0},
+                         round_ratios=[0.95, 0.85, 0.9], agrees="yes")
     failed = module.Result("Mask R-CNN, dynamo, default threshold", 2, error="export failed")
     lines = module.table([done, failed]).splitlines()
-    assert lines[2].split(" | ")[2:9] == ["no", "100.0", "90.0", "0.90", "20.0", "5.0", "0.25"]
+    assert lines[2].split(" | ")[2:10] == ["no", "100.0", "90.0", "0.90", "0.85-0.95", "20.0",
+                                           "5.0", "0.25"]
     assert "export failed" in lines[3]
     assert "RoiAlign1 — / 5.0" in module.node_table([done])
     assert module._op_type("RoiAlign1_float_int64_unguarded") == "RoiAlign1"
@@ -167,11 +169,15 @@ def test_alternating_rounds_time_each_side_in_turn_on_new_sessions(monkeypatch):
                 next(ticks)
             return [self.side]
 
-    medians, outputs = harness.alternating({"fast": lambda: Session("fast"),
-                                            "slow": lambda: Session("slow")}, {}, 3)
+    medians, outputs, rounds = harness.alternating({"fast": lambda: Session("fast"),
+                                                    "slow": lambda: Session("slow")}, {}, 3)
     assert made == ["fast", "slow"] * harness.ROUNDS
     assert outputs == {"fast": ["fast"], "slow": ["slow"]}
     assert medians == pytest.approx({"fast": 1.0, "slow": 3.0})
+    assert rounds == {"fast": pytest.approx([1.0] * harness.ROUNDS),
+                      "slow": pytest.approx([3.0] * harness.ROUNDS)}
+    assert harness.round_ratios(rounds, "slow", "fast") == pytest.approx([3.0] * harness.ROUNDS)
+    assert harness.spread_cell([1.04, 0.91, 0.97]) == "0.91-1.04"
 
 
 def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypatch):
