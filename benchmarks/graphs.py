@@ -52,6 +52,7 @@ from benchmarks.harness import (
     run_all_pinned,
     spread_cell,
     table_head,
+    use_rounds,
     write_results,
 )
 
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pinned_arguments(parser, "graphs", "graphs.md")
     parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    use_rounds(args)
     names = [n for n in GRAPHS if any(part in n for part in args.only.split("|"))]
     if args.models:  # a pinned child of the run below
         pinned_child(args, lambda: run_here(args, names, args.models))

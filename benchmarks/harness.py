@@ -263,14 +263,16 @@ def spread_cell(ratios: Sequence[float]) -> str:
 
 def pinned_arguments(parser: argparse.ArgumentParser, what: str, results: str) -> None:
     """The options every whole-model benchmark takes: ``--cores``, ``--torch``, ``--only``,
-    ``--results``, and the hidden ones of its pinned children (``--threads``, ``--json``,
-    ``--with-torch``)."""
+    ``--results``, ``--rounds`` (see :func:`use_rounds`), and the hidden ones of its pinned
+    children (``--threads``, ``--json``, ``--with-torch``)."""
     parser.add_argument("--cores", default="", help="comma-separated core counts (1,2,16)")
     parser.add_argument("--torch", default="no,yes",
                         help="measure in processes with torch imported: no, yes or no,yes")
     parser.add_argument("--only", default="",
                         help=f"run the {what} whose name has this (or one of A|B|...)")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"where {results} goes")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"alternating rounds of each side (default {ROUNDS})")
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--with-torch", action="store_true", help=argparse.SUPPRESS)
@@ -293,8 +295,19 @@ def run_all_pinned(args: argparse.Namespace, module: str, argv: Sequence[str],
         len(os.sched_getaffinity(0))]
     return [r for count in cores for with_torch in args.torch.split(",")
             for r in run_pinned(count, module,
-                                [*argv, *(["--with-torch"] if with_torch == "yes" else [])],
+                                [*argv, "--rounds", str(args.rounds),
+                                 *(["--with-torch"] if with_torch == "yes" else [])],
                                 result)]
+
+
+def use_rounds(args: argparse.Namespace) -> None:
+    """Set :data:`ROUNDS` to ``--rounds`` for this process (the parent's results header and
+    each pinned child's :func:`alternating`): more rounds narrow a noisy machine's medians
+    and per-round spread."""
+    global ROUNDS
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: at least 1")
+    ROUNDS = args.rounds
 
 
 def write_results(text: str, folder: Path, name: str) -> None:

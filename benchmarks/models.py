@@ -59,6 +59,7 @@ from benchmarks.harness import (
     settle,
     spread_cell,
     table_head,
+    use_rounds,
     write_results,
 )
 from dml_onnx.raising import raise_model
@@ -329,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pinned_arguments(parser, "models", "models.md")
     parser.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    use_rounds(args)
     if args.exports:  # a pinned child of the run below
         pinned_child(args, lambda: run_here(args, args.threads, args.exports))
         return

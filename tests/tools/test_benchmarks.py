@@ -208,3 +208,33 @@ def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypa
     cells = timeline.per_run_ms(made["stock"], feeds, sessions=1, runs=3)
     assert len(cells) == len(timeline.RANGES) and all(c > 0 for c in cells[:3])
     assert math.isnan(cells[3]) and math.isnan(cells[4])
+
+
+def test_rounds_reach_the_pinned_children_and_the_rounds_they_time(monkeypatch):
+    """``--rounds`` sets the alternating rounds of the parent (its header) and is handed to
+    every pinned child, which times that many rounds per side."""
+    import argparse
+
+    monkeypatch.setattr(harness, "ROUNDS", harness.ROUNDS)  # restored after the test
+    parser = argparse.ArgumentParser()
+    harness.pinned_arguments(parser, "graphs", "graphs.md")
+    args = parser.parse_args(["--rounds", "3", "--cores", "1", "--torch", "no,yes"])
+    harness.use_rounds(args)
+    assert harness.ROUNDS == 3
+    handed = []
+    monkeypatch.setattr(harness, "run_pinned",
+                        lambda cores, module, argv, result: handed.append(list(argv)) or [])
+    harness.run_all_pinned(args, "benchmarks.graphs", ["--repeat", "2"], object)
+    assert handed == [["--repeat", "2", "--rounds", "3"],
+                      ["--repeat", "2", "--rounds", "3", "--with-torch"]]
+    monkeypatch.setattr(harness, "SETTLE", 0)
+
+    class Session:
+        def run(self, names, feeds):
+            return []
+
+    made = []
+    harness.alternating({"a": lambda: made.append("a") or Session()}, {}, 1)
+    assert made == ["a"] * 3
+    with pytest.raises(SystemExit, match="--rounds 0"):
+        harness.use_rounds(parser.parse_args(["--rounds", "0"]))
