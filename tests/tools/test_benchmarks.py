@@ -238,3 +238,28 @@ def test_rounds_reach_the_pinned_children_and_the_rounds_they_time(monkeypatch):
     assert made == ["a"] * 3
     with pytest.raises(SystemExit, match="--rounds 0"):
         harness.use_rounds(parser.parse_args(["--rounds", "0"]))
+
+
+def test_the_launch_script_times_each_distinct_kernel_call_of_a_graph_alone():
+    """benchmarks/launch.py: one run of a graph as one session hands over each distinct
+    kernel call (the RoiAlign1 chain's last two share their shapes), which then runs alone
+    on its own copies of the inputs; a split point moved for a block is the shipped one
+    again after it."""
+    from benchmarks import launch
+    from dml_onnx._kernels import _threads
+
+    stock, ours, feeds = graphs._chain_model("roi_align")
+    found = launch.kernel_calls(ours, feeds, 2)
+    assert [label.split(" [")[0] for label, _ in found] == ["RoiAlign1"] * 3
+    assert found[0][0].startswith("RoiAlign1 [1, 32, 32, 32], [16, 4], [16]")
+    first = found[0][1]()
+    assert np.array_equal(found[0][1]()[0], first[0]) and first[0].shape == (16, 32, 16, 16)
+    shipped = _threads.launch_work
+    with launch.split_point(1, 1.0):
+        assert _threads.workers(10**9) == 1
+    with launch.split_point(2, 0.5):  # from one grain on (two as shipped)
+        assert _threads.thread_limit.get() == 2
+        assert _threads.workers(32768) == min(2, _threads.THREADS)
+        assert _threads.workers(32767) == 1
+    assert _threads.launch_work is shipped and _threads.thread_limit.get() == 0
+    assert launch.median_us(lambda: None, 5) >= 0
