@@ -262,4 +262,8 @@ def test_the_launch_script_times_each_distinct_kernel_call_of_a_graph_alone():
         assert _threads.workers(32768) == min(2, _threads.THREADS)
         assert _threads.workers(32767) == 1
     assert _threads.launch_work is shipped and _threads.thread_limit.get() == 0
-    assert launch.median_us(lambda: None, 5) >= 0
+    order: list[str] = []
+    launch.median_us(lambda: order.append("call"), 4, lambda: order.append("before"))
+    assert order[-8:] == ["before", "call"] * 4  # untimed calls first, then each timed one
+    flush = launch.cache_flush()
+    assert flush() == 1 << 26  # it reads every value
