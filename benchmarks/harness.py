@@ -9,6 +9,7 @@ Every side of a comparison gets the same threads: a script's ``--threads K`` is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,21 @@ gave 1.19, the next ones 0.92-0.98)."""
 WARM_UP_RUNS = 2
 """Runs of a new session not timed: its arenas still grow in its second run (measured: a split
 session's Expand nodes 3.4 ms in its second run, 0.5 in its third)."""
+
+
+@contextlib.contextmanager
+def scaled_split_point(factor: float) -> Iterator[None]:
+    """While the block runs, a kernel call splits over its threads from
+    :func:`dml_onnx._kernels._threads.launch_work` times ``factor`` (below 1: earlier), the
+    rest of the kernels (their numpy or compiled copies, by the grain) unchanged."""
+    from dml_onnx._kernels import _threads
+
+    shipped = _threads.launch_work
+    _threads.launch_work = lambda allowed: max(1, int(shipped(allowed) * factor))
+    try:
+        yield
+    finally:
+        _threads.launch_work = shipped
 
 
 def times_ms(run: Callable[[], object], repeat: int) -> list[float]:

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import scaled_split_point, table_head
+
 
 def kernel_calls(ours: bytes, feeds: dict[str, np.ndarray], threads: int
                  ) -> list[tuple[str, Callable[[], object]]]:
@@ -72,14 +74,12 @@ def split_point(threads: int, factor: float) -> Iterator[None]:
     :func:`~dml_onnx._kernels._threads.launch_work` times ``factor``."""
     from dml_onnx._kernels import _threads
 
-    shipped = _threads.launch_work
-    _threads.launch_work = lambda allowed: max(1, int(shipped(allowed) * factor))
     token = _threads.thread_limit.set(threads)
     try:
-        yield
+        with scaled_split_point(factor):
+            yield
     finally:
         _threads.thread_limit.reset(token)
-        _threads.launch_work = shipped
 
 
 def median_us(call: Callable[[], object], calls: int,
@@ -139,11 +139,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=60, help="timed calls per cell")
     parser.add_argument("--torch", action="store_true", help="import torch first")
     args = parser.parse_args(argv)
+    if args.calls < 1:
+        raise SystemExit(f"--calls {args.calls}: at least 1")
     if args.torch:
         import torch  # noqa: F401 - loaded first, as in a conversion script
 
     from benchmarks import graphs
-    from benchmarks.harness import table_head
 
     factors = [float(f) for f in args.factors.split(",") if f]
     names = [n for n in graphs.GRAPHS if any(part in n for part in args.only.split("|"))]

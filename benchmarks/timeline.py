@@ -9,9 +9,8 @@ and the table gives the median of the runs in each range (run 1, run 2, runs 3-1
 21 on), in ms. Sides: the stock model in plain onnxruntime, ours as shipped ("auto": one
 session or split, each segment's threads sized by its work), ours as one session ("one"), and
 ours split with every segment created at N threads (N of ``--segment-threads``; the kernels
-keep ``--threads``), and ours as shipped with the kernels' grain (the values read per
-thread, of which a call needs one per thread, or with more than 8 threads half one, at
-least 8, to split over its threads) times
+keep ``--threads``), and ours as shipped with the work from which a kernel call splits over
+its threads (:func:`dml_onnx._kernels._threads.launch_work`, in grains of values read) times
 each of ``--grain-factors``. Pin the process to the cores yourself (``taskset``);
 ``--torch`` imports torch first, as a conversion script would.
 """
@@ -19,13 +18,12 @@ each of ``--grain-factors``. Pin the process to the cores yourself (``taskset``)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,21 +89,6 @@ def sides(stock: bytes, ours: bytes, threads: int, segment_threads: Sequence[str
                 count, f"ours, segments at {count}"): ours_at(count) for count in segment_threads}}
 
 
-@contextlib.contextmanager
-def kernel_grain(factor: int) -> Iterator[None]:
-    """The kernels' :data:`~dml_onnx._kernels._threads.GRAIN` (values read per thread, of
-    which a call needs one per thread, or with more than 8 threads half one, at least 8, to
-    split over its threads) times ``factor`` while the block runs."""
-    from dml_onnx._kernels import _threads
-
-    grain = _threads.GRAIN
-    _threads.GRAIN = grain * factor
-    try:
-        yield
-    finally:
-        _threads.GRAIN = grain
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, required=True, help="intra-op threads")
@@ -123,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         import torch  # noqa: F401 - loaded first, as in a conversion script
 
     from benchmarks import graphs
-    from benchmarks.harness import table_head
+    from benchmarks.harness import scaled_split_point, table_head
 
     names = [n for n in graphs.GRAPHS if any(part in n for part in args.only.split("|"))]
     print(table_head("graph", "torch", "side", "run 1", "run 2", "runs 3-10", "runs 11-20",
@@ -134,13 +117,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             with np.load(Path(folder) / f"{k}.npz") as saved:
                 stock, ours = saved["stock"].tobytes(), saved["ours"].tobytes()
                 feeds = {n[5:]: saved[n] for n in saved.files if n.startswith("feed_")}
-            made = [(side, make, 1) for side, make in sides(
+            made = [(side, make, 1.0) for side, make in sides(
                 stock, ours, args.threads, args.segment_threads.split(",")).items()]
             shipped = sides(stock, ours, args.threads, ["auto"])["ours"]
-            made += [(f"ours, grain x{f}", shipped, int(f))
+            made += [(f"ours, grain x{f}", shipped, float(f))
                      for f in args.grain_factors.split(",") if f]
             for side, make, factor in made:
-                with kernel_grain(factor):
+                with scaled_split_point(factor):
                     cells = per_run_ms(make, feeds, args.sessions, args.runs)
                 print(f"| {name} | {'yes' if args.torch else 'no'} | {side} | "
                       + " | ".join(f"{c:.2f}" for c in cells) + " |", flush=True)

@@ -137,7 +137,7 @@ def _run(node: str, size: tuple[int, int], sampling: Sampling,
         if loops.small_forward(Xt, np.ascontiguousarray(boxes, dtype),
                                np.ascontiguousarray(indices, np.int64), sampling.scales,
                                sampling.minimum, sampling.maximum, SAMPLE_LIMIT,
-                               serial_work() / sampling.taps, settings[X.dtype], *flags, out):
+                               serial_work() // sampling.taps, settings[X.dtype], *flags, out):
             return Y
     plan = Plan(OP, node, X.shape, boxes, indices, sampling, size, dtype)
     # few samples against a large image: read it where it lies (no copy of it in memory)

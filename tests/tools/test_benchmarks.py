@@ -196,11 +196,11 @@ def test_the_timeline_makes_each_side_and_restores_the_segments_threads(monkeypa
     assert {s._sess.session_options.intra_op_num_threads for s in at_one._split.sessions} == {1}
     assert segments.segment_threads(None, 4) == 4
     from dml_onnx._kernels import _threads
-    grain = _threads.GRAIN
-    with pytest.raises(RuntimeError), timeline.kernel_grain(4):
-        assert 4 * grain == _threads.GRAIN
+    shipped, grain = _threads.launch_work, _threads.GRAIN
+    with pytest.raises(RuntimeError), harness.scaled_split_point(4):
+        assert _threads.launch_work(16) == 4 * shipped(16) and grain == _threads.GRAIN
         raise RuntimeError
-    assert grain == _threads.GRAIN
+    assert _threads.launch_work is shipped
     shipped = made["ours"]()
     assert {s._sess.session_options.intra_op_num_threads
             for s in shipped._split.sessions} == {2, 4}  # sized by work, and unknown work
