@@ -33,7 +33,7 @@ from numba.extending import overload
 
 from ._half_float_loops import narrowed, stored_sum, summand
 from ._halves import HALF_TABLE
-from ._jit import jit, parallel_jit
+from ._jit import inline_jit, jit, parallel_jit
 
 
 def _value(x):
@@ -282,57 +282,108 @@ def read_sample(Xt, b, ys, sy, xs, sx, linear, out_of_bounds, values):
 
 @jit
 def forward(Xt, batch, first, size, n, regions, settings, align, linear, average, Y):
-    """``Y[r]`` for every region ``r`` in ``regions``."""
+    """``Y[r]`` for every region ``r`` in ``regions``. Each output reduces its samples into a
+    row of ``sums [OH * OW, C]`` (channels contiguous: stores in Y's layout would land each
+    channel ``OH * OW`` values apart), moved into ``Y[r]`` once the region is done. An output of
+    2 x 2 linear samples, all in bounds, averaged (torchvision's detectors), is computed in
+    one pass over the channels (:func:`_mean_of_four`); any other sample in a pass of its own
+    (:func:`_reduce_sample`)."""
     ct = settings.dtype.type
     _, height, width, channels = Xt.shape
     _, _, oh, ow = Y.shape
-    acc = np.empty(channels, settings.dtype)
-    out_of_bounds, lowest = settings[2], settings[3]
+    sums = np.empty((oh * ow, channels), settings.dtype)
     for r in regions:
         b = batch[r]
         ny, nx = n[0, r], n[1, r]
-        y_lo, y_hi, y_wlo, y_whi, y_in, _, _ = axis_samples(first[0, r], size[0, r], ny, oh,
-                                                            height, settings, align, linear)
-        x_lo, x_hi, x_wlo, x_whi, x_in, _, _ = axis_samples(first[1, r], size[1, r], nx, ow,
-                                                            width, settings, align, linear)
+        ys = axis_samples(first[0, r], size[0, r], ny, oh, height, settings, align, linear)
+        xs = axis_samples(first[1, r], size[1, r], nx, ow, width, settings, align, linear)
         count = ct(ny * nx)
+        fours = linear and average and ny == 2 and nx == 2
         for oy in range(oh):
             for ox in range(ow):
-                acc[:] = ct(-0.0) if average else lowest
+                acc = sums[oy * ow + ox]
+                sy, sx = oy * ny, ox * nx
+                if fours and ys[4][sy] and ys[4][sy + 1] and xs[4][sx] and xs[4][sx + 1]:
+                    _mean_of_four(Xt[b], ys, sy, xs, sx, acc)
+                    continue
+                acc[:] = ct(-0.0) if average else settings[3]
                 for sy in range(oy * ny, oy * ny + ny):
-                    y0, y1, ly = y_lo[sy], y_hi[sy], y_whi[sy]
                     for sx in range(ox * nx, ox * nx + nx):
-                        x0, x1, lx = x_lo[sx], x_hi[sx], x_whi[sx]
-                        if not (y_in[sy] and x_in[sx]):
-                            for c in range(channels):
-                                v = out_of_bounds
-                                acc[c] = acc[c] + v if average else (v if v > acc[c]
-                                                                     else acc[c])
-                        elif linear and average:
-                            for c in range(channels):
-                                top = Xt[b, y0, x0, c] + (Xt[b, y0, x1, c] - Xt[b, y0, x0, c]) * lx
-                                bottom = Xt[b, y1, x0, c] + (Xt[b, y1, x1, c]
-                                                             - Xt[b, y1, x0, c]) * lx
-                                acc[c] += top + (bottom - top) * ly
-                        elif linear:
-                            for c in range(channels):
-                                top = Xt[b, y0, x0, c] + (Xt[b, y0, x1, c] - Xt[b, y0, x0, c]) * lx
-                                bottom = Xt[b, y1, x0, c] + (Xt[b, y1, x1, c]
-                                                             - Xt[b, y1, x0, c]) * lx
-                                v = top + (bottom - top) * ly
-                                if v > acc[c]:  # False for NaN
-                                    acc[c] = v
-                        elif average:
-                            for c in range(channels):
-                                acc[c] += Xt[b, y0, x0, c]
-                        else:
-                            for c in range(channels):
-                                v = Xt[b, y0, x0, c]
-                                if v > acc[c]:
-                                    acc[c] = v
-                for c in range(channels):
-                    value = acc[c] / count if average else acc[c]
-                    Y[r, c, oy, ox] = narrowed(Y, value)
+                        _reduce_sample(Xt[b], ys, sy, xs, sx, settings[2], linear, average,
+                                       acc)
+                if average:
+                    for c in range(channels):
+                        acc[c] = acc[c] / count
+        into = Y[r].reshape(channels, oh * ow)
+        for c in range(channels):
+            for k in range(oh * ow):
+                into[c, k] = narrowed(Y, sums[k, c])
+
+
+@inline_jit
+def _reduce_sample(image, ys, sy, xs, sx, out_of_bounds, linear, average, acc):
+    """``acc[c]``, for every channel, reduced with sample ``(sy, sx)`` of ``image [H, W,
+    C]``: added (``average``) or its maximum taken (NaN never wins); ``out_of_bounds`` where
+    the sample is."""
+    y0, y1, ly = ys[0][sy], ys[1][sy], ys[3][sy]
+    x0, x1, lx = xs[0][sx], xs[1][sx], xs[3][sx]
+    if not (ys[4][sy] and xs[4][sx]):
+        for c in range(acc.size):
+            v = out_of_bounds
+            acc[c] = acc[c] + v if average else (v if v > acc[c] else acc[c])
+    elif linear and average:
+        for c in range(acc.size):
+            top = image[y0, x0, c] + (image[y0, x1, c] - image[y0, x0, c]) * lx
+            bottom = image[y1, x0, c] + (image[y1, x1, c] - image[y1, x0, c]) * lx
+            acc[c] += top + (bottom - top) * ly
+    elif linear:
+        for c in range(acc.size):
+            top = image[y0, x0, c] + (image[y0, x1, c] - image[y0, x0, c]) * lx
+            bottom = image[y1, x0, c] + (image[y1, x1, c] - image[y1, x0, c]) * lx
+            v = top + (bottom - top) * ly
+            if v > acc[c]:  # False for NaN
+                acc[c] = v
+    elif average:
+        for c in range(acc.size):
+            acc[c] += image[y0, x0, c]
+    else:
+        for c in range(acc.size):
+            v = image[y0, x0, c]
+            if v > acc[c]:
+                acc[c] = v
+
+
+@inline_jit
+def _mean_of_four(image, ys, sy, xs, sx, out):
+    """``out[c]``: the mean of the 2 x 2 linear samples ``(sy, sy + 1) x (sx, sx + 1)`` of
+    ``image [H, W, C]``, all in bounds, in every channel: the operations of
+    :func:`_reduce_sample` from ``-0.0``, in its order, without a pass per sample."""
+    a0, a1, la = image[ys[0][sy]], image[ys[1][sy]], ys[3][sy]
+    b0, b1, lb = image[ys[0][sy + 1]], image[ys[1][sy + 1]], ys[3][sy + 1]
+    p0, p1, lp = xs[0][sx], xs[1][sx], xs[3][sx]
+    q0, q1, lq = xs[0][sx + 1], xs[1][sx + 1], xs[3][sx + 1]
+    four = out.dtype.type(4)
+    for c in range(out.size):
+        top = a0[p0, c] + (a0[p1, c] - a0[p0, c]) * lp
+        bottom = a1[p0, c] + (a1[p1, c] - a1[p0, c]) * lp
+        total = out.dtype.type(-0.0) + (top + (bottom - top) * la)
+        top = a0[q0, c] + (a0[q1, c] - a0[q0, c]) * lq
+        bottom = a1[q0, c] + (a1[q1, c] - a1[q0, c]) * lq
+        total = _added(total, top + (bottom - top) * la)
+        top = b0[p0, c] + (b0[p1, c] - b0[p0, c]) * lp
+        bottom = b1[p0, c] + (b1[p1, c] - b1[p0, c]) * lp
+        total = _added(total, top + (bottom - top) * lb)
+        top = b0[q0, c] + (b0[q1, c] - b0[q0, c]) * lq
+        bottom = b1[q0, c] + (b1[q1, c] - b1[q0, c]) * lq
+        out[c] = _added(total, top + (bottom - top) * lb) / four
+
+
+@inline_jit
+def _added(total, sample):
+    """``total + sample``, and where both are NaN, ``sample``'s NaN, as the per-sample passes'
+    compiled sums into memory give it (their loads fold into the add as its first operand,
+    whose NaN x86 keeps): so that an output's NaN sign does not depend on the pass."""
+    return sample if sample != sample else total + sample
 
 
 @jit

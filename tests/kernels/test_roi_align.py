@@ -257,6 +257,26 @@ def test_both_image_layouts_give_the_same_bits(attrs, dtype):
                                                 0.25, **attrs), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("offsets", [(0.5, -0.5), (0.25, 0.3)])
+def test_two_by_two_means_are_the_row_major_sums_of_their_samples(dtype, offsets):
+    """Outputs of 2 x 2 averaged linear samples (torchvision's detectors; computed in one pass
+    over the channels where all four are in bounds) hold the bits of their four samples summed
+    from -0.0 in row-major order, then divided by 4. Sample ``(sy, sx)`` of a ``(OH, OW)``
+    output is output ``(sy, sx)`` of a ``(2 OH, 2 OW)`` output of one sample each (the same
+    ``S = O n`` positions). Regions in, across and out of the image edges; 40 channels."""
+    _, X, rois, batch = random_case(47, c=40, regions=24, dtype=dtype)
+    attrs = dict(input_pixel_offset=offsets[0], output_pixel_offset=offsets[1])
+    Y = forward(X, rois, batch, (3, 4), 0.75, minimum_samples_per_output=2,
+                maximum_samples_per_output=2, **attrs)
+    S = forward(X, rois, batch, (6, 8), 0.75, minimum_samples_per_output=1,
+                maximum_samples_per_output=1, **attrs)
+    total = dtype(-0.0) + S[:, :, 0::2, 0::2]
+    for sy, sx in [(0, 1), (1, 0), (1, 1)]:
+        total = total + S[:, :, sy::2, sx::2]
+    np.testing.assert_array_equal(Y.view(np.uint8), (total / dtype(4)).view(np.uint8))
+
+
 FLOAT16_EDGES = np.array([65504, -65504, 65472, -60000, 2 ** -14, -(2 ** -14), 2 ** -24,
                           -(3 * 2 ** -24), 1023 * 2 ** -24, -0.0, 0.0, np.nan, np.inf,
                           -np.inf, 1.0, -2.5], np.float16)
