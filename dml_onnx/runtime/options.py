@@ -1,7 +1,8 @@
 """onnxruntime's session options, as the build stage sets them: the onnxruntime-extensions
 library registered once (:func:`register_extensions_library`), idle workers that do not spin
-through a run whose PyOps run inside it (:func:`no_spinning`), and workers that stop spinning
-at a run's end, for segments and for the caller's other sessions (:func:`quiet_session_options`).
+(:func:`no_spinning`: through a run whose PyOps run inside it, and in a split run's segments,
+:func:`segment_options`), and workers that stop spinning at a run's end, for the caller's
+other sessions (:func:`quiet_session_options`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.Sess
     ``[1,256,128,128]``, 1000 ROIs) took 9.3 ms alone, 26.0 ms right after a plain session with
     onnxruntime's defaults, 10.2 ms after one with these options (2 cores: 35.4, 58.9 and 36.0
     ms); sleeping idle workers (``allow_spinning`` "0") protected it as well (9.9 ms) but slow
-    the session's own nodes by about a fifth. :class:`InferenceSession` sets it on the
-    sessions of its segments."""
+    the session's own nodes by about a fifth. :class:`InferenceSession`'s segments get it
+    with sleeping idle workers as well (:func:`segment_options`)."""
     options = options or ort.SessionOptions()
     if _config_entry(options, _STOP_SPINNING) is None:
         options.add_session_config_entry(_STOP_SPINNING, "1")
@@ -35,6 +36,22 @@ def quiet_session_options(options: ort.SessionOptions | None = None) -> ort.Sess
 
 
 _STOP_SPINNING = "session.force_spinning_stop"
+
+
+def segment_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
+    """``options`` (or new ones) for the segments of a split run: workers that sleep when idle
+    (:func:`no_spinning`) and stop at a run's end (:func:`quiet_session_options`), unless the
+    caller set them. Each segment is a session with a pool of its own, and the kernels between
+    them start threads of their own: where a segment's idle workers spun through its run, two
+    threads could share a core for the rest of it, and a node that deals its work out in one
+    piece per thread (onnxruntime's GEMM) waited for the slowest. On the 16-core server, split
+    runs at 16 cores against stock onnxruntime (alternating rounds, one process): the CNN with
+    8 LpPooling nodes at batch 4 0.95 -> 0.39 (torch imported: 1.04 -> 0.39), Faster R-CNN 0.92
+    -> 0.91 (1.05 -> 1.15, its rounds move by more); its ``FusedGemm`` nodes 9.6-15.2 -> 6.8-7.5
+    ms (stock 6.4-7.1). At 2 cores 0.43 -> 0.42 and 0.86 -> 0.88."""
+    options = quiet_session_options(options)
+    no_spinning(options)
+    return options
 
 
 def no_spinning(options: ort.SessionOptions) -> None:

@@ -6,10 +6,9 @@ onnxruntime's buffer, on one thread: a detector's feature maps and pooled region
 512x512 image, 22 MB of maps into each of Mask R-CNN's two poolers, and 50 MB out of its box
 pooler's 1000 regions). Here the kernels read the segments' outputs where
 onnxruntime wrote them (``OrtValue.numpy()`` is a view) and the next segment reads the
-kernels' arrays where they lie (``OrtValue.ortvalue_from_numpy``). And since no Python runs
-inside a segment, its threads may spin while it runs (onnxruntime's default, about 20% faster
-than sleeping) and stop at its end (``session.force_spinning_stop``), when the kernels need the
-cores.
+kernels' arrays where they lie (``OrtValue.ortvalue_from_numpy``). A segment's idle workers
+sleep rather than spin (:func:`~dml_onnx.runtime.options.segment_options`): each segment has a
+pool of its own beside the kernels' threads, and spinning workers could end up sharing cores.
 
 The steps are :mod:`~dml_onnx.runtime.plan`'s (:func:`~dml_onnx.runtime.plan.split`); this
 stage builds their sessions (:class:`SplitRun`), each with the intra-op threads its work

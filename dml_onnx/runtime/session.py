@@ -31,7 +31,11 @@ from dml_onnx.graphs import inferred_graph, subgraphs, walk_nodes
 from dml_onnx.runtime.checks import plain, refuse_as_onnxruntime, unusual_feed
 from dml_onnx.runtime.hook import call_state, take_error
 from dml_onnx.runtime.io_binding import IOBinding, ort_value
-from dml_onnx.runtime.options import no_spinning, quiet_session_options, register_extensions_library
+from dml_onnx.runtime.options import (
+    no_spinning,
+    register_extensions_library,
+    segment_options,
+)
 from dml_onnx.runtime.plan import split_pays
 from dml_onnx.runtime.prepare import Prepared, prepared
 from dml_onnx.runtime.private_api import session_run
@@ -64,8 +68,9 @@ class InferenceSession(ort.InferenceSession):
     runs split (:mod:`~dml_onnx.runtime.plan`,
     :mod:`~dml_onnx.runtime.segments`): onnxruntime sessions over the standard nodes (for
     ``dml_onnx`` nodes alone, one that checks the feed, skipped for a plain one), the kernels
-    between them, ``sess_options`` given ``session.force_spinning_stop`` "1" unless set
-    (:func:`~dml_onnx.runtime.options.quiet_session_options`). Otherwise it runs as one
+    between them, ``sess_options`` given ``session.intra_op.allow_spinning`` /
+    ``session.inter_op.allow_spinning`` "0" and ``session.force_spinning_stop`` "1" unless set
+    (:func:`~dml_onnx.runtime.options.segment_options`). Otherwise it runs as one
     onnxruntime session with a PyOp per node; ``sess_options`` then gets the
     onnxruntime-extensions library
     registered, sequential execution, and ``session.intra_op.allow_spinning`` /
@@ -118,8 +123,8 @@ class InferenceSession(ort.InferenceSession):
         self._model = model if kernels else None  # weights stubbed: for get_outputs()
         if steps is not None:
             if sess_options is not None:
-                quiet_session_options(sess_options)
-            self._split = SplitRun(model, steps, weights, sess_options, quiet_session_options,
+                segment_options(sess_options)
+            self._split = SplitRun(model, steps, weights, sess_options, segment_options,
                                    **arguments)
             self._session, self._weights = self._split.first, self._split.weights
             self._required = [i.name for i in self._split.inputs]  # tensors: all required

@@ -28,6 +28,7 @@ from tests.runtime.test_kernels_only import _model as kernels_only_model
 FLOAT, FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
 POOL = {"window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1]}
 STOP_SPINNING = "session.force_spinning_stop"
+SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
 def _value(name, elem=FLOAT, shape=None):
@@ -299,17 +300,27 @@ def test_inputs_and_outputs_are_described_as_onnxruntime_describes_them():
     assert session.get_providers() == ["CPUExecutionProvider"]
 
 
-def test_segments_spin_while_they_run_and_stop_after_unless_the_caller_says():
+def test_segments_workers_sleep_when_idle_unless_the_caller_says():
+    """The segments' idle workers sleep (a spinning one could share a core with the kernels'
+    threads or another pool's), on the caller's options and on options of our own."""
     model, feeds = _detector_like()
     options = ort.SessionOptions()
     dml_onnx.InferenceSession(model, options).run(None, feeds)
     assert options.get_session_config_entry(STOP_SPINNING) == "1"
-    with pytest.raises(RuntimeError):  # spinning stays onnxruntime's default
-        options.get_session_config_entry("session.intra_op.allow_spinning")
+    for key in SPINNING:
+        assert options.get_session_config_entry(key) == "0"
+    session = dml_onnx.InferenceSession(model)
+    segments = [step[1] for step in session._split.steps if isinstance(step, tuple)]
+    assert len(segments) >= 2
+    for segment in segments:
+        for key in SPINNING:
+            assert segment.get_session_options().get_session_config_entry(key) == "0"
     mine = ort.SessionOptions()
     mine.add_session_config_entry(STOP_SPINNING, "0")
+    mine.add_session_config_entry(SPINNING[0], "1")
     dml_onnx.InferenceSession(model, mine)
     assert mine.get_session_config_entry(STOP_SPINNING) == "0"
+    assert mine.get_session_config_entry(SPINNING[0]) == "1"
 
 
 @pytest.mark.parametrize("threads", [1, 2])
