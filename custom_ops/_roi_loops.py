@@ -302,9 +302,9 @@ def forward(Xt, batch, first, size, n, regions, settings, align, linear, average
         for oy in range(oh):
             for ox in range(ow):
                 acc = sums[oy * ow + ox]
-                sy, sx = oy * ny, ox * nx
-                if fours and ys[4][sy] and ys[4][sy + 1] and xs[4][sx] and xs[4][sx + 1]:
-                    _mean_of_four(Xt[b], ys, sy, xs, sx, acc)
+                sy0, sx0 = oy * ny, ox * nx  # the output's first sample
+                if fours and ys[4][sy0] and ys[4][sy0 + 1] and xs[4][sx0] and xs[4][sx0 + 1]:
+                    _mean_of_four(Xt[b], ys, sy0, xs, sx0, acc)
                     continue
                 acc[:] = ct(-0.0) if average else settings[3]
                 for sy in range(oy * ny, oy * ny + ny):
@@ -380,9 +380,9 @@ def _mean_of_four(image, ys, sy, xs, sx, out):
 
 @inline_jit
 def _added(total, sample):
-    """``total + sample``, and where both are NaN, ``sample``'s NaN, as the per-sample passes'
-    compiled sums into memory give it (their loads fold into the add as its first operand,
-    whose NaN x86 keeps): so that an output's NaN sign does not depend on the pass."""
+    """``total + sample``, and where both are NaN, ``sample``'s NaN: the bits the per-sample
+    passes give (compiled, their sums keep the later sample's NaN), so that an output's NaN
+    does not depend on the pass that computed it."""
     return sample if sample != sample else total + sample
 
 

@@ -42,9 +42,10 @@ def segment_options(options: ort.SessionOptions | None = None) -> ort.SessionOpt
     """``options`` (or new ones) for the segments of a split run: workers that sleep when idle
     (:func:`no_spinning`) and stop at a run's end (:func:`quiet_session_options`), unless the
     caller set them. Each segment is a session with a pool of its own, and the kernels between
-    them start threads of their own: where a segment's idle workers spun through its run, two
-    threads could share a core for the rest of it, and a node that deals its work out in one
-    piece per thread (onnxruntime's GEMM) waited for the slowest. On the 16-core server, split
+    them start threads of their own. Where a segment's idle workers spun through its run,
+    onnxruntime's GEMM, which deals its work out one piece per thread, took up to twice as long
+    (most likely two threads shared a core and the GEMM waited for the slowest piece; the Conv
+    nodes, dealt out in many pieces, did not change). On the 16-core server, split
     runs at 16 cores against stock onnxruntime (alternating rounds, one process): the CNN with
     8 LpPooling nodes at batch 4 0.95 -> 0.39 (torch imported: 1.04 -> 0.39), Faster R-CNN 0.92
     -> 0.91 (1.05 -> 1.15, its rounds move by more); its ``FusedGemm`` nodes 9.6-15.2 -> 6.8-7.5
