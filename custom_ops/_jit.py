@@ -183,7 +183,7 @@ parallel_jit = _compiler(parallel=True)
 inline_jit = _compiler(inline="always")
 """For a loop's helper that runs once per short pass (a few hundred values): numba puts its
 body into each caller, so that a call builds no array arguments and LLVM sees the whole
-pass (RoiAlign1's samples: about 7% of the loop on the 2-core machine)."""
+pass (RoiAlign1's samples: 7-11% of the loop on the 2-core machine)."""
 
 class _LaterBlasProbe:
     """numba's ``numba.np.arraymath._HAVE_BLAS`` (whether ``np.convolve`` and its kind may call
